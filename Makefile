@@ -1,0 +1,45 @@
+# weft: the two README commands are `make bench` and `make test`.
+# Both install what is missing (Debian packages only) and build offline.
+
+SHELL := /bin/bash
+
+# cabal keeps its state inside the checkout and reads the repository-less
+# config kept here, so a build never reaches for Hackage.
+CABAL_HOME := $(CURDIR)/.cabal-home
+CABAL := env CABAL_DIR=$(CABAL_HOME) cabal --config-file=$(CURDIR)/cabal.config
+
+DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
+                libghc-primitive-dev libghc-async-dev libghc-psqueues-dev \
+                util-linux
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+BIN = $(CURDIR)/dist-newstyle/bin
+
+.PHONY: all deps build test bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "weft: installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
+	fi
+
+build: deps
+	@mkdir -p $(CABAL_HOME) $(BIN)
+	$(CABAL) v2-build all --offline
+	@for exe in weft-test weft-bench; do \
+	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
+
+test: build
+	$(BIN)/weft-test +RTS -N2 -RTS
+
+bench: build
+	$(BIN)/weft-bench wait
+
+clean:
+	rm -rf dist-newstyle $(CABAL_HOME) bench-results

@@ -1,0 +1,131 @@
+-- | weft's thread API: the names and types of "GHC.Conc.IO" and
+-- "System.Timeout", served by weft's per-capability managers. Porting code
+-- is an import change.
+--
+-- Every wait registers with the manager of the capability the calling
+-- thread runs on. The program must use the threaded RTS (@-threaded@).
+module Weft
+  ( -- * Waiting on fds
+    threadWaitRead
+  , threadWaitWrite
+  , threadWaitReadSTM
+  , threadWaitWriteSTM
+  , closeFdWith
+    -- * Time
+  , threadDelay
+  , registerDelay
+  , timeout
+  , Timeout
+    -- * Capabilities
+  , setNumCapabilities
+  ) where
+
+import Control.Concurrent (ThreadId, forkIOWithUnmask, myThreadId)
+import Control.Concurrent.MVar
+import Control.Concurrent.STM (STM, TVar)
+import Control.Exception
+import Control.Monad (unless, void)
+import Data.Unique (Unique, newUnique)
+import System.Posix.Types (Fd)
+
+import Weft.Event.Internal (evtRead, evtWrite)
+import Weft.Event.Manager
+import Weft.Event.System
+
+-- | Block until the fd is readable (or hung up, or in error). Throws an
+-- 'IOError' (@EBADF@) if the fd is closed with 'closeFdWith' meanwhile or is
+-- invalid. A regular file is always readable. Async exceptions ('killThread',
+-- 'timeout') interrupt the wait and leave nothing registered.
+threadWaitRead :: Fd -> IO ()
+threadWaitRead fd = do
+  mgr <- getSystemManager
+  waitOn mgr evtRead fd
+{-# INLINE threadWaitRead #-}
+
+-- | Block until the fd is writable; otherwise as 'threadWaitRead'.
+threadWaitWrite :: Fd -> IO ()
+threadWaitWrite fd = do
+  mgr <- getSystemManager
+  waitOn mgr evtWrite fd
+{-# INLINE threadWaitWrite #-}
+
+-- | Register interest in the fd becoming readable, and return at once: an STM
+-- action that retries until it is (throwing the 'IOError' 'threadWaitRead'
+-- would), and an action that cancels the registration.
+threadWaitReadSTM :: Fd -> IO (STM (), IO ())
+threadWaitReadSTM fd = do
+  mgr <- getSystemManager
+  waitSTMOn mgr evtRead fd
+
+-- | 'threadWaitReadSTM' for writability.
+threadWaitWriteSTM :: Fd -> IO (STM (), IO ())
+threadWaitWriteSTM fd = do
+  mgr <- getSystemManager
+  waitSTMOn mgr evtWrite fd
+
+-- | Close an fd with the given action, after removing it from every system
+-- manager. Every thread waiting on it gets an 'IOError' (@EBADF@) promptly,
+-- and callbacks registered on it get 'Weft.Event.evtClose'. Waits cannot
+-- slip in while the action runs. If the action throws, the waits stay and
+-- the exception propagates.
+closeFdWith :: (Fd -> IO ()) -> Fd -> IO ()
+closeFdWith close fd = do
+  mgrs <- systemManagers
+  closeFdOn mgrs close fd
+
+-- | Sleep for at least the given number of microseconds (none if it is not
+-- positive). Throws an 'IOError' if weft's managers are shut down meanwhile.
+threadDelay :: Int -> IO ()
+threadDelay us = do
+  mgr <- getSystemManager
+  delayOn mgr us
+
+-- | A 'TVar' that becomes 'True' after at least the given number of
+-- microseconds. To cancel it, use 'Weft.Timer.registerDelayWithKey'.
+registerDelay :: Int -> IO (TVar Bool)
+registerDelay us = do
+  mgr <- getSystemManager
+  fst <$> registerDelayOn mgr us
+
+-- | The exception 'timeout' throws to interrupt its action; unique per call,
+-- so nested timeouts each catch only their own.
+newtype Timeout = Timeout Unique
+  deriving Eq
+
+instance Show Timeout where
+  show _ = "<<timeout>>"
+
+-- Like System.Timeout's, it hides from 'SomeAsyncException' handlers.
+instance Exception Timeout where
+  toException = asyncExceptionToException
+  fromException = asyncExceptionFromException
+
+-- | @timeout n act@ runs @act@ and returns @Just@ its result, or 'Nothing'
+-- if it takes more than @n@ microseconds. A negative @n@ waits forever; 0
+-- returns 'Nothing' at once. As in "System.Timeout", the action is
+-- interrupted by an asynchronous exception, so it must be interruptible
+-- (weft's waits are). Unlike "System.Timeout", an expiry that races the
+-- action's completion is never lost into the caller: the result is then
+-- 'Nothing' or 'Just', never an escaped 'Timeout'.
+timeout :: Int -> IO a -> IO (Maybe a)
+timeout n act
+  | n < 0 = Just <$> act
+  | n == 0 = return Nothing
+  | otherwise = do
+      me <- myThreadId
+      ex <- Timeout <$> newUnique
+      mgr <- getSystemManager
+      handleJust (\e -> if e == ex then Just () else Nothing) (\_ -> return Nothing) $ do
+        thrown <- newEmptyMVar
+        bracket (registerTimeout mgr n (interrupt me ex thrown))
+                (\k -> do pending <- unregisterTimeout_ k
+                          -- It fired: take the exception here at the latest.
+                          unless pending (takeMVar thrown))
+                (\_ -> Just <$> act)
+
+-- | Throw from a fresh thread: 'throwTo' blocks while the target is masked,
+-- and must not hold up the dispatcher.
+interrupt :: ThreadId -> Timeout -> MVar () -> IO ()
+interrupt target ex thrown =
+  void $ forkIOWithUnmask $ \unmask ->
+    unmask (throwTo target ex) `finally` putMVar thrown ()

@@ -1,0 +1,53 @@
+-- | The low-level event API, mirroring "GHC.Event": per-capability managers,
+-- callbacks on fd events, and manager statistics.
+--
+-- Callbacks run on the manager's dispatcher thread, one at a time; keep them
+-- short. A callback that throws is reported on stderr and counted, and the
+-- dispatcher carries on.
+module Weft.Event
+  ( -- * Managers
+    Manager
+  , getSystemManager
+  , systemManagers
+  , newManager
+  , shutdownManager
+  , shutdownSystemManagers
+  , managerCapability
+  , managerBackendKind
+    -- * Backends
+  , BackendKind (..)
+  , backendKindName
+  , parseBackendKind
+  , setSystemBackend
+  , systemBackendKind
+    -- * Events
+  , Event
+  , evtRead
+  , evtWrite
+  , evtClose
+  , eventIs
+  , Lifetime (..)
+    -- * Registering callbacks
+  , IOCallback
+  , FdKey
+  , keyFd
+  , registerFd
+  , unregisterFd
+  , unregisterFd_
+  , closeFd
+    -- * Statistics
+  , ManagerStats (..)
+  , getManagerStats
+  ) where
+
+import System.Posix.Types (Fd)
+
+import Weft.Event.Backend (parseBackendKind)
+import Weft.Event.Internal
+import Weft.Event.Manager
+import Weft.Event.System
+
+-- | Close an fd watched by one manager: see 'Weft.closeFdWith', which does
+-- this for every system manager.
+closeFd :: Manager -> (Fd -> IO ()) -> Fd -> IO ()
+closeFd mgr = closeFdOn [mgr]

@@ -1,0 +1,151 @@
+{-# LANGUAGE CApiFFI, BangPatterns #-}
+-- | The Linux epoll backend, weft's default.
+--
+-- Note [Arming with a known flag]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A one-shot arm is an @EPOLL_CTL_MOD@ when weft believes the fd is in the
+-- interest set (it stays there, disarmed, after firing), and an
+-- @EPOLL_CTL_ADD@ otherwise. Each falls back to the other: @MOD@ failing
+-- with @ENOENT@ means the kernel forgot the fd, which only happens when the
+-- file was closed behind weft's back; the @ADD@ that follows registers the
+-- new file behind the same number and reports 'ArmedAfterVanish', so the
+-- manager can fail the registrations that belonged to the dead file.
+-- @ADD@ failing with @EEXIST@ means weft's belief was stale the other way;
+-- @MOD@ then fixes it. This is why mixing 'Weft.Event.registerFd' and
+-- 'Weft.threadWaitRead' on one fd never dies of @EEXIST@.
+--
+-- The event data carries the fd in its low 32 bits and the slot's generation
+-- tag in its high 32 bits, so an event armed before a 'Weft.closeFdWith' is
+-- recognised as stale after it.
+module Weft.Event.Backend.EPoll
+  ( newEPollBackend
+  , available
+  ) where
+
+import Control.Monad (when)
+import Data.Bits ((.&.), (.|.), shiftL, shiftR)
+import Data.Word (Word32, Word64)
+import Foreign.C.Error (Errno (..), eNOENT, eEXIST, ePERM, eINTR, getErrno, throwErrnoIfMinus1)
+import Foreign.C.Types (CInt (..))
+import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
+import Foreign.Ptr (Ptr, plusPtr)
+import Foreign.Storable (peekByteOff)
+import System.Posix.Types (Fd (..))
+
+import Weft.Event.Internal
+import Weft.Event.Wakeup
+
+#include <sys/epoll.h>
+
+-- | Whether this build has epoll.
+available :: Bool
+available = True
+
+-- | Events fetched per @epoll_wait@; the rest wait for the next poll.
+eventBufferSize :: Int
+eventBufferSize = 256
+
+-- | Open an epoll instance with its own wakeup channel. Throws an 'IOError'
+-- if the fds cannot be had.
+newEPollBackend :: WakeupKind -> IO Backend
+newEPollBackend wkind = do
+  epfd <- throwErrnoIfMinus1 "weft: epoll_create1" (c_epoll_create1 #{const EPOLL_CLOEXEC})
+  wake <- newWakeup wkind
+  let wakeData = wakeupData (wakeupReadFd wake)
+  r <- c_weft_epoll_ctl epfd #{const EPOLL_CTL_ADD} (wakeupReadFd wake) #{const EPOLLIN} wakeData
+  when (r /= 0) $ ioError (userError "weft: cannot register the wakeup fd with epoll")
+  buf <- mallocForeignPtrBytes (eventBufferSize * #{size struct epoll_event})
+  let poll timeout handler = withForeignPtr buf $ \p -> do
+        n <- case timeout of
+          NoWait       -> c_epoll_wait_unsafe epfd p (fromIntegral eventBufferSize) 0
+          WaitMillis t -> c_epoll_wait epfd p (fromIntegral eventBufferSize) (fromIntegral t)
+          WaitForever  -> c_epoll_wait epfd p (fromIntegral eventBufferSize) (-1)
+        if n < 0
+          then do err <- getErrno
+                  if err == eINTR then return 0
+                    else ioError (userError ("weft: epoll_wait failed, errno " ++ show (errnoInt err)))
+          else dispatch p (fromIntegral n) 0 0
+        where
+          dispatch :: Ptr () -> Int -> Int -> Int -> IO Int
+          dispatch p n i !delivered
+            | i >= n = return delivered
+            | otherwise = do
+                let e = p `plusPtr` (i * #{size struct epoll_event})
+                flags <- #{peek struct epoll_event, events} e :: IO Word32
+                dat <- #{peek struct epoll_event, data} e :: IO Word64
+                if dat == wakeData
+                  then drainWakeup wake >> dispatch p n (i + 1) delivered
+                  else do
+                    handler (Fd (fromIntegral (dat .&. 0xffffffff)))
+                            (fromIntegral (dat `shiftR` 32)) (fromEPoll flags)
+                    dispatch p n (i + 1) (delivered + 1)
+  return Backend
+    { backendKind = EPollBackend
+    , backendPoll = poll
+    , backendArm = arm epfd
+    , backendForget = \fd -> () <$ c_weft_epoll_ctl epfd #{const EPOLL_CTL_DEL} fd 0 0
+    , backendWake = signalWakeup wake
+    , backendWakeOnArm = False
+    , backendClose = do
+        closeWakeup wake
+        _ <- c_close epfd
+        return ()
+    }
+
+-- | See Note [Arming with a known flag].
+arm :: CInt -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
+arm epfd fd@(Fd rawFd) tag (Interest ev persistent) known
+  | ev == evtNothing =
+      -- Disarm: a one-shot watch of nothing stays in the set, quiet.
+      if known then ctl #{const EPOLL_CTL_MOD} >> return Armed else return Armed
+  | known = do
+      r <- ctl #{const EPOLL_CTL_MOD}
+      if r == 0 then return Armed
+      else if Errno (negate r) == eNOENT then do
+        r' <- ctl #{const EPOLL_CTL_ADD}
+        return (if r' == 0 then ArmedAfterVanish else failure r')
+      else return (failure r)
+  | otherwise = do
+      r <- ctl #{const EPOLL_CTL_ADD}
+      if r == 0 then return Armed
+      else if Errno (negate r) == eEXIST then do
+        r' <- ctl #{const EPOLL_CTL_MOD}
+        return (if r' == 0 then Armed else failure r')
+      else return (failure r)
+  where
+    flags = toEPoll ev .|. (if persistent then 0 else #{const EPOLLONESHOT})
+    dat = (fromIntegral tag `shiftL` 32) .|. fromIntegral (fromIntegral rawFd :: Word32)
+    ctl op = c_weft_epoll_ctl epfd op fd flags dat
+    failure r
+      | Errno (negate r) == ePERM = ArmUnsupported
+      | otherwise = ArmFailed (Errno (negate r))
+
+-- | The wakeup fd's event data: a tag no slot uses.
+wakeupData :: Fd -> Word64
+wakeupData (Fd fd) = (0xffffffff `shiftL` 32) .|. fromIntegral (fromIntegral fd :: Word32)
+
+toEPoll :: Event -> Word32
+toEPoll ev = (if ev `eventIs` evtRead then #{const EPOLLIN} else 0)
+         .|. (if ev `eventIs` evtWrite then #{const EPOLLOUT} else 0)
+
+-- | Errors and hang-ups wake readers and writers alike: their next syscall
+-- reports what happened.
+fromEPoll :: Word32 -> Event
+fromEPoll f = (if f .&. (#{const EPOLLIN} .|. errHup) /= 0 then evtRead else mempty)
+           <> (if f .&. (#{const EPOLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
+  where errHup = #{const EPOLLERR} .|. #{const EPOLLHUP}
+
+errnoInt :: Errno -> CInt
+errnoInt (Errno e) = e
+
+foreign import ccall unsafe "sys/epoll.h epoll_create1"
+  c_epoll_create1 :: CInt -> IO CInt
+foreign import ccall unsafe "weft_epoll_ctl"
+  c_weft_epoll_ctl :: CInt -> CInt -> Fd -> Word32 -> Word64 -> IO CInt
+-- A blocking wait is a safe call, so the capability keeps running threads.
+foreign import ccall safe "sys/epoll.h epoll_wait"
+  c_epoll_wait :: CInt -> Ptr () -> CInt -> CInt -> IO CInt
+foreign import ccall unsafe "sys/epoll.h epoll_wait"
+  c_epoll_wait_unsafe :: CInt -> Ptr () -> CInt -> CInt -> IO CInt
+foreign import ccall unsafe "unistd.h close"
+  c_close :: CInt -> IO CInt

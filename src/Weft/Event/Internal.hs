@@ -1,0 +1,145 @@
+{-# LANGUAGE GeneralizedNewtypeDeriving #-}
+-- | The types shared by the manager and its backends.
+module Weft.Event.Internal
+  ( -- * Events
+    Event (..)
+  , evtNothing, evtRead, evtWrite, evtClose
+  , eventIs, eventSubset
+    -- * Lifetimes
+  , Lifetime (..)
+    -- * Interest, as the kernel sees it
+  , Interest (..)
+  , noInterest
+    -- * Backends
+  , Backend (..)
+  , BackendKind (..)
+  , backendKindName
+  , EventHandler
+  , PollTimeout (..)
+  , ArmResult (..)
+  ) where
+
+import Data.Bits ((.&.), (.|.))
+import Data.List (intercalate)
+import Data.Word (Word32)
+import Foreign.C.Error (Errno)
+import System.Posix.Types (Fd)
+
+-- | A set of I/O events: 'evtRead', 'evtWrite', 'evtClose', combined with
+-- '<>'.
+newtype Event = Event Int
+  deriving (Eq, Ord)
+
+evtNothing, evtRead, evtWrite, evtClose :: Event
+-- | No event.
+evtNothing = Event 0
+-- | The fd is readable (or has hung up, or has an error pending).
+evtRead = Event 1
+-- | The fd is writable (or has hung up, or has an error pending).
+evtWrite = Event 2
+-- | The fd was closed through weft ('Weft.closeFdWith') or vanished from
+-- the kernel's interest set; waiters fail with an 'IOError'.
+evtClose = Event 4
+
+instance Semigroup Event where
+  Event a <> Event b = Event (a .|. b)
+
+instance Monoid Event where
+  mempty = evtNothing
+
+instance Show Event where
+  show e = "[" ++ intercalate "," names ++ "]"
+    where names = [ n | (f, n) <- [ (evtRead, "evtRead"), (evtWrite, "evtWrite")
+                                  , (evtClose, "evtClose") ], e `eventIs` f ]
+
+-- | Does the first set contain any event of the second?
+eventIs :: Event -> Event -> Bool
+eventIs (Event a) (Event b) = a .&. b /= 0
+{-# INLINE eventIs #-}
+
+-- | Is every event of the first set also in the second?
+eventSubset :: Event -> Event -> Bool
+eventSubset (Event a) (Event b) = a .&. b == a
+{-# INLINE eventSubset #-}
+
+-- | How long a registration lives.
+data Lifetime
+  = OneShot    -- ^ Fires once, then is gone.
+  | MultiShot  -- ^ Level-triggered and persistent: fires on every poll that
+               --   finds the fd ready, until 'Weft.Event.unregisterFd'.
+  deriving (Eq, Show)
+
+-- | The longer lifetime wins, as in "GHC.Event".
+instance Semigroup Lifetime where
+  OneShot <> OneShot = OneShot
+  _ <> _ = MultiShot
+
+-- | What the backend is asked to watch for one fd: an event set and whether
+-- the watch persists after it fires ('True', level-triggered) or is disarmed
+-- by the first report ('False', one-shot).
+data Interest = Interest
+  { interestEvents     :: {-# UNPACK #-} !Event
+  , interestPersistent :: !Bool
+  } deriving (Eq, Show)
+
+-- | Nothing armed.
+noInterest :: Interest
+noInterest = Interest evtNothing False
+
+-- | Receives each ready fd from 'backendPoll': the fd, the generation tag it
+-- was armed with, and the events.
+type EventHandler = Fd -> Word32 -> Event -> IO ()
+
+-- | How long 'backendPoll' may block.
+data PollTimeout
+  = NoWait                        -- ^ Return at once (an unsafe foreign call).
+  | WaitMillis {-# UNPACK #-} !Int -- ^ Block at most this many milliseconds.
+  | WaitForever                   -- ^ Block until an event or a wakeup.
+  deriving (Eq, Show)
+
+-- | The outcome of arming an fd.
+data ArmResult
+  = Armed
+    -- ^ The kernel now watches the requested interest.
+  | ArmedAfterVanish
+    -- ^ Armed, but the kernel had forgotten an fd weft had registered:
+    -- the fd was closed behind weft's back (and its number maybe reused).
+    -- Registrations made before this arm belong to the dead file.
+  | ArmUnsupported
+    -- ^ The fd cannot be watched (epoll refuses regular files and
+    -- directories); it is always ready.
+  | ArmFailed !Errno
+    -- ^ The fd could not be armed (e.g. @EBADF@).
+
+-- | The backends weft ships.
+data BackendKind = EPollBackend | PollBackend
+  deriving (Eq, Show, Enum, Bounded)
+
+-- | The name used by @WEFT_BACKEND@: @"epoll"@ or @"poll"@.
+backendKindName :: BackendKind -> String
+backendKindName EPollBackend = "epoll"
+backendKindName PollBackend = "poll"
+
+-- | A polling backend: a record of operations over OS state, one module
+-- per OS mechanism. Every operation on one fd is made by the manager while
+-- it holds that fd's slot lock, so a backend needs no per-fd locking.
+data Backend = Backend
+  { backendKind :: !BackendKind
+  , backendPoll :: !(PollTimeout -> EventHandler -> IO Int)
+    -- ^ Wait for events and hand each to the handler; returns how many were
+    -- handed over. Wakeups are drained inside and never handed over.
+  , backendArm :: !(Fd -> Word32 -> Interest -> Bool -> IO ArmResult)
+    -- ^ @backendArm fd tag interest known@ makes the kernel watch @interest@
+    -- on @fd@, reporting @tag@ with it. @known@ says whether weft believes the
+    -- fd is already registered. A one-shot interest is disarmed by the first
+    -- report of it; 'noInterest' disarms.
+  , backendForget :: !(Fd -> IO ())
+    -- ^ Drop the fd from the interest set, ignoring errors (it may be gone).
+  , backendWake :: !(IO ())
+    -- ^ Make a blocked or the next 'backendPoll' return promptly.
+  , backendWakeOnArm :: !Bool
+    -- ^ Whether an arm made during a blocking poll is only seen after a
+    -- wakeup (poll), or at once (epoll).
+  , backendClose :: !(IO ())
+    -- ^ Release the backend's fds. No other operation may follow.
+  }

@@ -1,0 +1,707 @@
+{-# LANGUAGE BangPatterns, MagicHash, UnboxedTuples #-}
+-- | One I/O manager: an fd-indexed waiter table, a backend, a timer queue
+-- and a dispatcher thread pinned to one capability.
+--
+-- Note [Dispatcher loop]
+-- ~~~~~~~~~~~~~~~~~~~~~~
+-- The dispatcher follows Mio §3.3: poll without blocking; if nothing came,
+-- 'yield' to the threads queued on this capability and poll without blocking
+-- again; only then make a blocking, safe foreign call. After any poll that
+-- delivered events it yields, so the threads it woke run before it polls
+-- again. Non-blocking polls are unsafe foreign calls: they cost a syscall but
+-- no capability hand-off. Only the blocking poll pays the safe-call hand-off.
+--
+-- Note [Dispatcher states]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~
+-- A counter holds Running, Blocking, Woken or Finished. The dispatcher
+-- publishes Blocking (a full barrier) and only then reads what could make it
+-- want to stay awake: the stop flag and the timer queue (and, for the poll
+-- backend, the watch map). A waker first writes its change (a full barrier)
+-- and then tries Blocking -> Woken; only the winner writes the wakeup fd. So
+-- either the dispatcher sees the change before it blocks, or the waker sees
+-- Blocking and wakes it, and one blocking poll costs at most one wakeup
+-- write, however many wakers come (Note [Coalesced wakeups]). The wakeup fd
+-- is closed at shutdown only after the dispatcher published Finished and no
+-- waker is between its state check and its write (the in-flight count).
+--
+-- Note [Reusable wait cells]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- Each slot owns one read cell and one write cell (empty 'MVar's), reused by
+-- the common case of one reader and one writer per fd. Waiters and the
+-- dispatcher only fill or drain a cell while holding the slot lock. So a
+-- cell that no registration refers to and that is empty has no owner: its
+-- last waiter took its value, or drained it when cancelled. A waiter claims
+-- a cell only in that state, under the lock; any other waiter on the same fd
+-- and direction gets a fresh 'MVar'. A cancelled waiter whose registration
+-- is already gone (it fired) drains the cell, so no stale value survives to
+-- wake the next waiter early.
+--
+-- Note [Fds closed behind weft's back]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- When a user closes an fd with plain @close@, the kernel drops it from the
+-- epoll set; waiters on it are not told. If the number is reused and waited
+-- on, the arm finds the fd gone ('ArmedAfterVanish'): the registrations made
+-- before belong to the dead file and fail with 'evtClose', which their
+-- waiters see as an 'IOError'. Until such an arm, a waiter on a closed fd
+-- waits, as with GHC's manager: use 'closeFdWith' to close watched fds.
+-- The poll backend sees a closed fd at once as @POLLNVAL@ and fails its
+-- waiters the same way.
+module Weft.Event.Manager
+  ( -- * Managers
+    Manager
+  , newManager
+  , managerCapability
+  , managerBackendKind
+  , shutdownManager
+  , isManagerRunning
+  , wakeManager
+    -- * Waiting and registering
+  , IOCallback
+  , FdKey (..)
+  , waitOn
+  , waitSTMOn
+  , registerFd
+  , unregisterFd
+  , unregisterFd_
+  , closeFdOn
+    -- * Timers
+  , TimeoutKey
+  , TimeoutCallback
+  , registerTimeout
+  , updateTimeout
+  , unregisterTimeout
+  , unregisterTimeout_
+  , delayOn
+  , registerDelayOn
+    -- * Statistics
+  , ManagerStats (..)
+  , getManagerStats
+  , closedFdError
+  ) where
+
+import Control.Concurrent
+import Control.Concurrent.STM
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import qualified Data.IntPSQ as PSQ
+import Data.Word (Word64)
+import Foreign.C.Error (Errno, eBADF, ePERM, errnoToIOError)
+import GHC.Clock (getMonotonicTimeNSec)
+import GHC.Conc (labelThread)
+import GHC.Exts (Addr#, traceEvent#)
+import GHC.IO (IO (..))
+import System.IO (hPutStrLn, stderr)
+import System.IO.Unsafe (unsafePerformIO)
+import System.Posix.Types (Fd (..))
+
+import Weft.Event.Backend (newBackend)
+import qualified Weft.Event.FdTable as FT
+import Weft.Event.Internal
+import Weft.Event.Slot
+import Weft.Internal.Counters
+
+------------------------------------------------------------------------------
+-- Types
+
+-- | A callback for 'registerFd', run on the dispatcher thread. It must not
+-- block for long: other fds of its manager wait meanwhile. If it throws, the
+-- exception is reported on stderr and counted ('statCallbackErrors'), and the
+-- dispatcher carries on.
+type IOCallback = FdKey -> Event -> IO ()
+
+-- | Names one registration made by 'registerFd'.
+data FdKey = FdKey
+  { keyFd     :: {-# UNPACK #-} !Fd
+  , keyUnique :: {-# UNPACK #-} !Int
+  } deriving (Eq, Show)
+
+data Target
+  = WakeCell !(MVar Event)   -- ^ a blocked 'waitOn'; filled under the slot lock
+  | RunCallback (Event -> IO ())  -- ^ a 'registerFd' callback; run after unlocking
+
+data Slot = Slot
+  { slotLock      :: !(MVar (SlotState Target))
+  , slotReadCell  :: !(MVar Event)
+  , slotWriteCell :: !(MVar Event)
+  }
+
+-- | What a timer does when it expires.
+data TimerAction
+  = TimerCallback (IO ())
+  | TimerWake !(MVar Bool)   -- ^ 'True' on expiry, 'False' if the manager stops
+
+type TimerQueue = PSQ.IntPSQ Word64 TimerAction
+
+-- | A callback for 'registerTimeout', run on the dispatcher thread; the same
+-- rules as for 'IOCallback' apply.
+type TimeoutCallback = IO ()
+
+-- | An I/O manager. Each capability has one ('Weft.Event.getSystemManager');
+-- more can be made with 'newManager'.
+data Manager = Manager
+  { mgrId       :: {-# UNPACK #-} !Int
+  , mgrCap      :: {-# UNPACK #-} !Int
+  , mgrBackend  :: !Backend
+  , mgrTable    :: !(FT.FdTable Slot)
+  , mgrCounters :: !Counters
+  , mgrTimers   :: !(IORef TimerQueue)
+  , mgrFinished :: !(MVar ())
+  }
+
+instance Eq Manager where
+  a == b = mgrId a == mgrId b
+
+-- | Names one timer; valid with the manager that made it.
+data TimeoutKey = TimeoutKey !Manager {-# UNPACK #-} !Int
+
+instance Eq TimeoutKey where
+  TimeoutKey m a == TimeoutKey n b = a == b && m == n
+instance Ord TimeoutKey where
+  compare (TimeoutKey m a) (TimeoutKey n b) = compare (mgrId m, a) (mgrId n, b)
+
+-- Counter indices.
+cState, cStop, cKeys, cInflight, cBlockingPolls, cPolls, cEvents, cWakeups,
+  cLive, cCallbackErrors, cArms, cTimersFired, nCounters :: Int
+cState = 0; cStop = 1; cKeys = 2; cInflight = 3; cBlockingPolls = 4
+cPolls = 5; cEvents = 6; cWakeups = 7; cLive = 8; cCallbackErrors = 9
+cArms = 10; cTimersFired = 11; nCounters = 12
+
+-- Dispatcher states, Note [Dispatcher states].
+sRunning, sBlocking, sWoken, sFinished :: Int
+sRunning = 0; sBlocking = 1; sWoken = 2; sFinished = 3
+
+{-# NOINLINE managerIds #-}
+managerIds :: Counters
+managerIds = unsafePerformIO (newCounters 1)
+
+------------------------------------------------------------------------------
+-- Life cycle
+
+-- | Make a manager with a fresh backend of the given kind, and start its
+-- dispatcher with 'forkOn' on the given capability. Throws an 'IOError' if
+-- the backend's fds cannot be had.
+newManager :: BackendKind -> Int -> IO Manager
+newManager kind cap = do
+  backend <- newBackend kind
+  ident <- addCounter managerIds 0 1
+  table <- FT.new $ \_ -> Slot <$> newMVar emptySlotState <*> newEmptyMVar <*> newEmptyMVar
+  counters <- newCounters nCounters
+  timers <- newIORef PSQ.empty
+  finished <- newEmptyMVar
+  let mgr = Manager ident cap backend table counters timers finished
+  startDispatcher mgr
+  return mgr
+
+startDispatcher :: Manager -> IO ()
+startDispatcher mgr = do
+  t <- mask_ $ forkOn (mgrCap mgr) (dispatcher mgr)
+  labelThread t ("weft dispatcher " ++ show (mgrCap mgr))
+
+-- | The capability the manager's dispatcher is pinned to.
+managerCapability :: Manager -> Int
+managerCapability = mgrCap
+
+-- | The backend the manager polls with.
+managerBackendKind :: Manager -> BackendKind
+managerBackendKind = backendKind . mgrBackend
+
+-- | Whether the manager still accepts waits (it has not been shut down).
+isManagerRunning :: Manager -> IO Bool
+isManagerRunning mgr = (== 0) <$> readCounter (mgrCounters mgr) cStop
+
+-- | Stop the dispatcher and release the backend's fds. Pending waits and
+-- 'Weft.threadDelay's on this manager fail with an 'IOError'; pending
+-- 'registerTimeout' callbacks are dropped. Later waits on it fail the same
+-- way. Returns once the dispatcher has exited. Idempotent.
+shutdownManager :: Manager -> IO ()
+shutdownManager mgr = do
+  writeCounter (mgrCounters mgr) cStop 1
+  wakeManager mgr
+  readMVar (mgrFinished mgr)
+
+-- | Make the dispatcher return from a blocking poll, if it is in one.
+-- Cheap when it is not: one read.
+wakeManager :: Manager -> IO ()
+wakeManager mgr = do
+  let c = mgrCounters mgr
+  s <- readCounter c cState
+  when (s == sBlocking) $ do
+    _ <- addCounter c cInflight 1
+    old <- casCounter c cState sBlocking sWoken
+    when (old == sBlocking) $ do
+      trace "weft:wakeup"#
+      backendWake (mgrBackend mgr)
+      void (addCounter c cWakeups 1)
+    void (addCounter c cInflight (-1))
+
+stopped :: Manager -> IO Bool
+stopped mgr = (/= 0) <$> readCounter (mgrCounters mgr) cStop
+{-# INLINE stopped #-}
+
+managerStoppedError :: String -> IOError
+managerStoppedError loc = userError ("weft: " ++ loc ++ ": the I/O manager was shut down")
+
+------------------------------------------------------------------------------
+-- The dispatcher
+
+data Exit = Finish | HandOff
+
+dispatcher :: Manager -> IO ()
+dispatcher mgr = do
+  exit <- loop
+  case exit of
+    HandOff -> startDispatcher mgr
+    Finish -> finish mgr
+  where
+    c = mgrCounters mgr
+    backend = mgrBackend mgr
+    handler = onEvent mgr
+    pollNow = do
+      n <- backendPoll backend NoWait handler
+      _ <- addCounter c cPolls 1
+      when (n > 0) $ void (addCounter c cEvents n)
+      return n
+    loop = do
+      halt <- stopped mgr
+      if halt then return Finish else do
+        runExpiredTimers mgr
+        n <- pollNow
+        if n > 0 then yield >> loop else do
+          yield
+          n' <- pollNow
+          if n' > 0 then yield >> loop else do
+            blockingPoll
+            placed <- onOwnCapability
+            if placed then loop else return HandOff
+    blockingPoll = do
+      writeCounter c cState sBlocking
+      halt <- stopped mgr
+      timeout <- if halt then return NoWait else pollTimeout mgr
+      unless (timeout == NoWait) $ do
+        trace "weft:poll:block"#
+        n <- backendPoll backend timeout handler
+        trace "weft:poll:woke"#
+        _ <- addCounter c cBlockingPolls 1
+        when (n > 0) $ void (addCounter c cEvents n)
+      writeCounter c cState sRunning
+    -- After 'setNumCapabilities' shrank and grew again, the dispatcher may
+    -- have been moved off its capability; it restarts itself there.
+    onOwnCapability = do
+      (cap, _) <- threadCapability =<< myThreadId
+      n <- getNumCapabilities
+      return (cap == mgrCap mgr || mgrCap mgr >= n)
+
+-- | Fail every pending wait and timer, then release the backend once no
+-- waker can still write to it (Note [Dispatcher states]).
+finish :: Manager -> IO ()
+finish mgr = do
+  let c = mgrCounters mgr
+  slots <- FT.elems (mgrTable mgr)
+  forM_ slots $ \(_, slot) -> do
+    callbacks <- modifyMVarMasked (slotLock slot) $ \st -> do
+      let (regs, st') = closeSlot st
+      cbs <- completeAll mgr [ (r, evtClose) | r <- regs ]
+      adjustLive mgr st st'
+      return (st', cbs)
+    runCallbacks mgr callbacks
+  abortTimers mgr
+  let settle = do
+        _ <- casCounter c cState sRunning sFinished
+        _ <- casCounter c cState sWoken sFinished
+        s <- readCounter c cState
+        busy <- readCounter c cInflight
+        unless (s == sFinished && busy == 0) (yield >> settle)
+  settle
+  backendClose (mgrBackend mgr)
+  putMVar (mgrFinished mgr) ()
+
+-- | How long the blocking poll may wait: until the earliest timer, rounded
+-- up to whole milliseconds so a timer never fires early.
+pollTimeout :: Manager -> IO PollTimeout
+pollTimeout mgr = do
+  q <- readIORef (mgrTimers mgr)
+  case PSQ.findMin q of
+    Nothing -> return WaitForever
+    Just (_, deadline, _) -> do
+      now <- getMonotonicTimeNSec
+      if deadline <= now then return NoWait else do
+        let ms = (deadline - now + 999999) `quot` 1000000
+        return (WaitMillis (fromIntegral (min ms 0x7fffffff)))
+
+-- | The backend's handler: apply one reported event to its slot.
+onEvent :: Manager -> EventHandler
+onEvent mgr fd tag ev = do
+  found <- FT.lookup (mgrTable mgr) (fdInt fd)
+  case found of
+    Nothing -> return ()
+    Just slot -> do
+      callbacks <- modifyMVarMasked (slotLock slot) $ \st ->
+        if ssTag st /= tag then return (st, []) else do
+          let (fired, st1) = fireSlot ev st
+          (st2, failed, _) <- syncArm mgr fd Nothing st1
+          cbs <- completeAll mgr ([ (r, ev) | r <- fired ] ++ failed)
+          adjustLive mgr st st2
+          return (st2, cbs)
+      runCallbacks mgr callbacks
+
+------------------------------------------------------------------------------
+-- Arming
+
+-- | What became of the registration being added.
+data Fresh = FreshArmed | FreshReady | FreshFailed !Errno
+
+-- | Bring the backend in line with the slot's registrations. Returns the new
+-- state, the registrations that must be completed (with the event to complete
+-- them with) because they can no longer be watched, and the fate of the
+-- registration with the given key, if one is being added.
+syncArm :: Manager -> Fd -> Maybe Int -> SlotState Target
+        -> IO (SlotState Target, [(Reg Target, Event)], Fresh)
+syncArm mgr fd fresh st
+  | not (needsArm want (ssArmed st)) = return (st, [], FreshArmed)
+  | otherwise = do
+      _ <- addCounter (mgrCounters mgr) cArms 1
+      r <- backendArm (mgrBackend mgr) fd (ssTag st) want (ssKnown st)
+      case r of
+        Armed -> return (armedWith want st, [], FreshArmed)
+        ArmedAfterVanish -> do
+          -- Note [Fds closed behind weft's back]
+          let (mine, orphans) = span isFresh (ssRegs st)
+              st' = (armedWith want st) { ssRegs = mine }
+          (st'', more, outcome) <- syncArm mgr fd fresh st'
+          return (st'', [ (o, evtClose) | o <- orphans ] ++ more, outcome)
+        ArmUnsupported ->
+          -- Always ready (a regular file): one-shots complete now.
+          return ( cleared
+                 , [ (o, if regLifetime o == OneShot then regEvents o else evtClose)
+                   | o <- others ]
+                 , FreshReady )
+        ArmFailed err ->
+          return (cleared, [ (o, evtClose) | o <- others ], FreshFailed err)
+  where
+    want = wantedInterest (ssRegs st)
+    isFresh reg = Just (regKey reg) == fresh
+    others = filter (not . isFresh) (ssRegs st)
+    cleared = st { ssRegs = [], ssArmed = noInterest, ssKnown = False }
+
+-- | Complete registrations: fill wait cells now (the caller holds the slot
+-- lock, Note [Reusable wait cells]) and return the callbacks to run after
+-- unlocking.
+completeAll :: Manager -> [(Reg Target, Event)] -> IO [IO ()]
+completeAll _ [] = return []
+completeAll mgr ((reg, ev) : rest) = case regTarget reg of
+  WakeCell cell -> do
+    _ <- tryPutMVar cell ev
+    completeAll mgr rest
+  RunCallback cb -> do
+    more <- completeAll mgr rest
+    return (cb ev : more)
+
+-- | Run callbacks, each guarded: an exception is reported and counted.
+runCallbacks :: Manager -> [IO ()] -> IO ()
+runCallbacks mgr = mapM_ guarded
+  where
+    guarded act = act `catch` \e -> do
+      _ <- addCounter (mgrCounters mgr) cCallbackErrors 1
+      hPutStrLn stderr ("weft: a callback threw an exception (the dispatcher "
+                        ++ "carries on): " ++ show (e :: SomeException))
+
+adjustLive :: Manager -> SlotState t -> SlotState t -> IO ()
+adjustLive mgr before after =
+  let d = length (ssRegs after) - length (ssRegs before)
+  in when (d /= 0) $ void (addCounter (mgrCounters mgr) cLive d)
+{-# INLINE adjustLive #-}
+
+nextKey :: Manager -> IO Int
+nextKey mgr = addCounter (mgrCounters mgr) cKeys 1
+{-# INLINE nextKey #-}
+
+fdInt :: Fd -> Int
+fdInt (Fd n) = fromIntegral n
+{-# INLINE fdInt #-}
+
+------------------------------------------------------------------------------
+-- Waiting
+
+-- | The 'IOError' a waiter gets when its fd is closed under it.
+closedFdError :: String -> IOError
+closedFdError loc = errnoToIOError loc eBADF Nothing Nothing
+
+-- | Block until the fd is ready for one of the events, on this manager.
+-- Throws an 'IOError' (@EBADF@) if the fd is closed with 'closeFdOn' or
+-- 'Weft.closeFdWith' meanwhile, or is not a valid fd; an fd epoll cannot
+-- watch (a regular file) is always ready. Async exceptions interrupt the
+-- wait and leave no registration behind.
+waitOn :: Manager -> Event -> Fd -> IO ()
+waitOn mgr ev fd = mask_ $ do
+  slot <- FT.lookupOrCreate (mgrTable mgr) (fdInt fd)
+  key <- nextKey mgr
+  st <- takeMVar (slotLock slot)
+  halt <- stopped mgr
+  when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError "threadWait")
+  cell <- chooseCell slot ev st
+  let st0 = addReg (Reg key ev OneShot (WakeCell cell)) st
+  (st1, others, fresh) <- syncArm mgr fd (Just key) st0
+  callbacks <- completeAll mgr others
+  adjustLive mgr st st1
+  putMVar (slotLock slot) st1
+  runCallbacks mgr callbacks
+  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
+  case fresh of
+    FreshReady -> return ()
+    FreshFailed err -> throwIO (errnoToIOError "threadWait" err Nothing (Just (show fd)))
+    FreshArmed -> do
+      got <- takeMVar cell `onException` cancelWait mgr fd slot key cell
+      when (got `eventIs` evtClose) $ do
+        halt' <- stopped mgr
+        throwIO (if halt' then managerStoppedError "threadWait" else closedFdError "threadWait")
+
+-- Note [Reusable wait cells]
+chooseCell :: Slot -> Event -> SlotState Target -> IO (MVar Event)
+chooseCell slot ev st
+  | ev == evtRead = reuse (slotReadCell slot)
+  | ev == evtWrite = reuse (slotWriteCell slot)
+  | otherwise = newEmptyMVar
+  where
+    reuse cell = do
+      empty <- isEmptyMVar cell
+      if empty && not (any (usesCell cell) (ssRegs st)) then return cell else newEmptyMVar
+    usesCell cell reg = case regTarget reg of
+      WakeCell c -> c == cell
+      RunCallback _ -> False
+
+cancelWait :: Manager -> Fd -> Slot -> Int -> MVar Event -> IO ()
+cancelWait mgr fd slot key cell = uninterruptibleMask_ $ do
+  st <- takeMVar (slotLock slot)
+  case removeReg key st of
+    (Just _, st0) -> do
+      (st1, others, _) <- syncArm mgr fd Nothing st0 `onException` putMVar (slotLock slot) st
+      callbacks <- completeAll mgr others
+      adjustLive mgr st st1
+      putMVar (slotLock slot) st1
+      runCallbacks mgr callbacks
+    (Nothing, _) -> do
+      _ <- tryTakeMVar cell
+      putMVar (slotLock slot) st
+
+-- | Like 'waitOn', but returns at once: an STM action that retries until the
+-- fd is ready (and throws the 'IOError' 'waitOn' would), and an action that
+-- cancels the registration.
+waitSTMOn :: Manager -> Event -> Fd -> IO (STM (), IO ())
+waitSTMOn mgr ev fd = do
+  result <- newTVarIO Nothing
+  key <- registerFd mgr (\_ e -> atomically (writeTVar result (Just e))) fd ev OneShot
+  let wait = do
+        r <- readTVar result
+        case r of
+          Nothing -> retry
+          Just e -> when (e `eventIs` evtClose) (throwSTM (closedFdError "threadWaitSTM"))
+  return (wait, unregisterFd mgr key)
+
+-- | Register a callback for events on an fd. 'OneShot' registrations fire
+-- once; 'MultiShot' ones are level-triggered and fire after every poll that
+-- finds the fd ready, until 'unregisterFd'. Any number of registrations, and
+-- waits, may share an fd. The callback runs on the dispatcher thread (see
+-- 'IOCallback'); it receives 'evtClose' if the fd is closed through weft.
+-- Throws an 'IOError' if the fd cannot be watched: @EBADF@ for an invalid fd,
+-- @EPERM@ for a regular file under epoll.
+registerFd :: Manager -> IOCallback -> Fd -> Event -> Lifetime -> IO FdKey
+registerFd mgr cb fd ev lifetime = mask_ $ do
+  slot <- FT.lookupOrCreate (mgrTable mgr) (fdInt fd)
+  key <- nextKey mgr
+  st <- takeMVar (slotLock slot)
+  halt <- stopped mgr
+  when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError "registerFd")
+  let st0 = addReg (Reg key ev lifetime (RunCallback (cb (FdKey fd key)))) st
+  (st1, others, fresh) <- syncArm mgr fd (Just key) st0
+  callbacks <- completeAll mgr others
+  adjustLive mgr st st1
+  putMVar (slotLock slot) st1
+  runCallbacks mgr callbacks
+  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
+  case fresh of
+    FreshArmed -> return (FdKey fd key)
+    FreshReady -> throwIO (errnoToIOError "registerFd (a regular file cannot be watched)"
+                             ePERM Nothing (Just (show fd)))
+    FreshFailed err -> throwIO (errnoToIOError "registerFd" err Nothing (Just (show fd)))
+
+-- | Cancel a registration. Does nothing if it already fired or was cancelled.
+unregisterFd :: Manager -> FdKey -> IO ()
+unregisterFd mgr k = void (unregisterFd_ mgr k)
+
+-- | 'unregisterFd', returning whether the registration was still there.
+unregisterFd_ :: Manager -> FdKey -> IO Bool
+unregisterFd_ mgr (FdKey fd key) = mask_ $ do
+  found <- FT.lookup (mgrTable mgr) (fdInt fd)
+  case found of
+    Nothing -> return False
+    Just slot -> do
+      (removed, callbacks) <- modifyMVarMasked (slotLock slot) $ \st ->
+        case removeReg key st of
+          (Nothing, _) -> return (st, (False, []))
+          (Just _, st0) -> do
+            (st1, others, _) <- syncArm mgr fd Nothing st0
+            cbs <- completeAll mgr others
+            adjustLive mgr st st1
+            return (st1, (True, cbs))
+      runCallbacks mgr callbacks
+      return removed
+
+-- | Close an fd watched by these managers: drop it from each one's interest
+-- set, run the close action, then fail every waiter on it with an 'IOError'
+-- and give every callback 'evtClose'. The fd's slots stay locked while the
+-- action runs, so no wait can slip in between. If the action throws, nothing
+-- is failed and the exception propagates.
+closeFdOn :: [Manager] -> (Fd -> IO ()) -> Fd -> IO ()
+closeFdOn mgrs close fd = mask_ $ do
+  slots <- fmap concat . forM mgrs $ \m ->
+    maybe [] (\s -> [(m, s)]) <$> FT.lookup (mgrTable m) (fdInt fd)
+  states <- lockAll slots
+  let unlock = zipWithM_ (\(_, s) st -> putMVar (slotLock s) st) slots states
+  (`onException` unlock) $ do
+    forM_ (zip slots states) $ \((m, _), st) -> do
+      halt <- stopped m
+      when (ssKnown st && not halt) $ backendForget (mgrBackend m) fd
+    close fd
+  callbacks <- forM (zip slots states) $ \((m, s), st) -> do
+    let (regs, st') = closeSlot st
+    cbs <- completeAll m [ (r, evtClose) | r <- regs ]
+    adjustLive m st st'
+    putMVar (slotLock s) st'
+    return (m, cbs)
+  mapM_ (uncurry runCallbacks) callbacks
+  where
+    lockAll [] = return []
+    lockAll ((_, s) : rest) = do
+      st <- takeMVar (slotLock s)
+      sts <- lockAll rest `onException` putMVar (slotLock s) st
+      return (st : sts)
+
+------------------------------------------------------------------------------
+-- Timers
+
+-- | Run a callback on the manager's dispatcher after at least the given
+-- number of microseconds (a negative delay counts as 0). Resolution is the
+-- backend's poll timeout: whole milliseconds, rounded up, so a timer never
+-- fires early. If the manager is shut down first, the callback is dropped.
+registerTimeout :: Manager -> Int -> TimeoutCallback -> IO TimeoutKey
+registerTimeout mgr us cb = registerTimer mgr us (TimerCallback cb)
+
+registerTimer :: Manager -> Int -> TimerAction -> IO TimeoutKey
+registerTimer mgr us action = do
+  key <- nextKey mgr
+  deadline <- deadlineAfter us
+  earliest <- atomicModifyIORef' (mgrTimers mgr) $ \q ->
+    (PSQ.insert key deadline action q, maybe True (\(_, p, _) -> deadline < p) (PSQ.findMin q))
+  halt <- stopped mgr
+  if halt
+    then abortTimers mgr
+    else when earliest (wakeManager mgr)
+  return (TimeoutKey mgr key)
+
+deadlineAfter :: Int -> IO Word64
+deadlineAfter us = do
+  now <- getMonotonicTimeNSec
+  -- Clamp so that maxBound microseconds does not wrap around.
+  let ns = fromIntegral (min (max 0 us) (maxBound `quot` 1000)) * 1000 :: Word64
+  return (now + ns)
+
+-- | Move a pending timer's deadline to the given number of microseconds from
+-- now. Does nothing if it already fired or was cancelled.
+updateTimeout :: TimeoutKey -> Int -> IO ()
+updateTimeout (TimeoutKey mgr key) us = do
+  deadline <- deadlineAfter us
+  earliest <- atomicModifyIORef' (mgrTimers mgr) $ \q ->
+    case PSQ.lookup key q of
+      Nothing -> (q, False)
+      Just (_, action) ->
+        (PSQ.insert key deadline action q, maybe True (\(_, p, _) -> deadline < p) (PSQ.findMin q))
+  when earliest (wakeManager mgr)
+
+-- | Cancel a pending timer. Does nothing if it already fired.
+unregisterTimeout :: TimeoutKey -> IO ()
+unregisterTimeout k = void (unregisterTimeout_ k)
+
+-- | 'unregisterTimeout', returning whether the timer was still pending (so
+-- it will now never fire).
+unregisterTimeout_ :: TimeoutKey -> IO Bool
+unregisterTimeout_ (TimeoutKey mgr key) =
+  atomicModifyIORef' (mgrTimers mgr) $ \q ->
+    case PSQ.deleteView key q of
+      Nothing -> (q, False)
+      Just (_, _, q') -> (q', True)
+
+runExpiredTimers :: Manager -> IO ()
+runExpiredTimers mgr = do
+  q <- readIORef (mgrTimers mgr)
+  case PSQ.findMin q of
+    Nothing -> return ()
+    Just (_, first, _) -> do
+      now <- getMonotonicTimeNSec
+      when (first <= now) $ do
+        expired <- atomicModifyIORef' (mgrTimers mgr) $ \q' ->
+          let (xs, rest) = PSQ.atMostView now q' in (rest, xs)
+        _ <- addCounter (mgrCounters mgr) cTimersFired (length expired)
+        runCallbacks mgr [ fire a | (_, _, a) <- expired ]
+  where
+    fire (TimerCallback cb) = cb
+    fire (TimerWake cell) = void (tryPutMVar cell True)
+
+abortTimers :: Manager -> IO ()
+abortTimers mgr = do
+  pending <- atomicModifyIORef' (mgrTimers mgr) (\q -> (PSQ.empty, PSQ.toList q))
+  forM_ pending $ \(_, _, a) -> case a of
+    TimerWake cell -> void (tryPutMVar cell False)
+    TimerCallback _ -> return ()
+
+-- | Sleep at least the given number of microseconds on this manager's timers.
+-- Throws an 'IOError' if the manager is shut down meanwhile.
+delayOn :: Manager -> Int -> IO ()
+delayOn mgr us = mask_ $ do
+  cell <- newEmptyMVar
+  k <- registerTimer mgr us (TimerWake cell)
+  expired <- takeMVar cell `onException` unregisterTimeout k
+  unless expired $ throwIO (managerStoppedError "threadDelay")
+
+-- | A 'TVar' that becomes 'True' after at least the given number of
+-- microseconds, and the key that cancels it (the 'TVar' then stays 'False').
+registerDelayOn :: Manager -> Int -> IO (TVar Bool, TimeoutKey)
+registerDelayOn mgr us = do
+  tv <- newTVarIO False
+  k <- registerTimeout mgr us (atomically (writeTVar tv True))
+  return (tv, k)
+
+------------------------------------------------------------------------------
+-- Statistics
+
+-- | A snapshot of a manager's counters. All counts are since the manager
+-- started.
+data ManagerStats = ManagerStats
+  { statBlockingPolls     :: !Int -- ^ blocking (safe-call) polls made
+  , statNonBlockingPolls  :: !Int -- ^ non-blocking polls made
+  , statEvents            :: !Int -- ^ fd events delivered by polls
+  , statWakeups           :: !Int -- ^ wakeup-fd writes (at most one per blocking poll)
+  , statLiveRegistrations :: !Int -- ^ registrations and waits pending now
+  , statCallbackErrors    :: !Int -- ^ callbacks that threw
+  , statArms              :: !Int -- ^ backend arm calls (@epoll_ctl@ for epoll)
+  , statTimersFired       :: !Int -- ^ timers that expired
+  , statPendingTimers     :: !Int -- ^ timers pending now
+  } deriving (Eq, Show)
+
+-- | Read a manager's counters.
+getManagerStats :: Manager -> IO ManagerStats
+getManagerStats mgr = do
+  let r = readCounter (mgrCounters mgr)
+  pending <- PSQ.size <$> readIORef (mgrTimers mgr)
+  ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
+               <*> r cLive <*> r cCallbackErrors <*> r cArms <*> r cTimersFired
+               <*> pure pending
+
+------------------------------------------------------------------------------
+-- Eventlog
+
+-- | Emit an eventlog user event from a static string: no allocation, and
+-- next to nothing when the eventlog is off.
+trace :: Addr# -> IO ()
+trace msg = IO (\s -> (# traceEvent# msg s, () #))
+{-# INLINE trace #-}

@@ -1,0 +1,111 @@
+-- | The system managers: one per capability, made on first use.
+--
+-- Note [System managers and capabilities]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- The managers live in an immutable array behind an 'IORef', read without a
+-- lock; a missing one is made under 'systemLock' and a new array published.
+-- When 'setNumCapabilities' shrinks, the RTS moves the dispatchers of the
+-- dropped capabilities onto the remaining ones, where they keep serving the
+-- waits registered with them. When it grows again, each dispatcher returns to
+-- its own capability after its next blocking poll; weft's 'setNumCapabilities'
+-- wakes them so that happens at once.
+module Weft.Event.System
+  ( getSystemManager
+  , systemManagers
+  , systemBackendKind
+  , setSystemBackend
+  , shutdownSystemManagers
+  , setNumCapabilities
+  ) where
+
+import Control.Concurrent (myThreadId, rtsSupportsBoundThreads)
+import Control.Concurrent.MVar
+import Control.Monad (forM_, unless)
+import Data.IORef
+import Data.Maybe (catMaybes)
+import Data.Primitive.Array
+import qualified GHC.Conc as Conc
+import System.IO.Unsafe (unsafePerformIO)
+
+import Weft.Event.Backend (backendKindFromEnv)
+import Weft.Event.Internal (BackendKind)
+import Weft.Event.Manager
+
+{-# NOINLINE systemRef #-}
+systemRef :: IORef (Array (Maybe Manager))
+systemRef = unsafePerformIO (newIORef (fromListN 0 []))
+
+-- | Held while managers are made or shut down; holds the chosen backend
+-- ('Nothing': read @WEFT_BACKEND@ when the first manager is made).
+{-# NOINLINE systemLock #-}
+systemLock :: MVar (Maybe BackendKind)
+systemLock = unsafePerformIO (newMVar Nothing)
+
+-- | The manager of the capability the calling thread runs on, started if
+-- need be. Requires the threaded RTS (@-threaded@); throws an 'IOError'
+-- otherwise, or if @WEFT_BACKEND@ names no backend, or if the backend's fds
+-- cannot be had.
+getSystemManager :: IO Manager
+getSystemManager = do
+  (cap, _) <- Conc.threadCapability =<< myThreadId
+  arr <- readIORef systemRef
+  if cap < sizeofArray arr
+    then maybe (start cap) return (indexArray arr cap)
+    else start cap
+{-# INLINE getSystemManager #-}
+
+start :: Int -> IO Manager
+start cap = do
+  unless rtsSupportsBoundThreads $
+    ioError (userError "weft: needs the threaded RTS; link with -threaded")
+  modifyMVar systemLock $ \chosen -> do
+    kind <- maybe backendKindFromEnv return chosen
+    arr <- readIORef systemRef
+    let existing = if cap < sizeofArray arr then indexArray arr cap else Nothing
+    case existing of
+      Just m -> return (Just kind, m)
+      Nothing -> do
+        m <- newManager kind cap
+        let size = max (cap + 1) (sizeofArray arr)
+            at i | i == cap = Just m
+                 | i < sizeofArray arr = indexArray arr i
+                 | otherwise = Nothing
+        writeIORef systemRef (fromListN size (map at [0 .. size - 1]))
+        return (Just kind, m)
+
+-- | Every system manager started so far.
+systemManagers :: IO [Manager]
+systemManagers = catMaybes . foldr (:) [] <$> readIORef systemRef
+
+-- | The backend the system managers use (or will use, once started).
+systemBackendKind :: IO BackendKind
+systemBackendKind = withMVar systemLock (maybe backendKindFromEnv return)
+
+-- | Use this backend for the system managers: the running ones are shut down
+-- ('shutdownSystemManagers') and new ones start on demand.
+setSystemBackend :: BackendKind -> IO ()
+setSystemBackend kind = modifyMVar_ systemLock $ \_ -> do
+  stopAll
+  return (Just kind)
+
+-- | Shut every system manager down ('shutdownManager'): pending waits fail
+-- with an 'IOError' and every fd and thread they held is released. Waits
+-- made afterwards start new managers.
+shutdownSystemManagers :: IO ()
+shutdownSystemManagers = modifyMVar_ systemLock $ \chosen -> stopAll >> return chosen
+
+stopAll :: IO ()
+stopAll = do
+  mgrs <- systemManagers
+  writeIORef systemRef (fromListN 0 [])
+  mapM_ shutdownManager mgrs
+
+-- | 'GHC.Conc.setNumCapabilities', then wake every manager so that each
+-- dispatcher settles on its own capability at once (Note [System managers
+-- and capabilities]). Plain 'GHC.Conc.setNumCapabilities' is also safe; the
+-- dispatchers then settle after their next poll.
+setNumCapabilities :: Int -> IO ()
+setNumCapabilities n = do
+  Conc.setNumCapabilities n
+  mgrs <- systemManagers
+  forM_ mgrs wakeManager
