@@ -91,6 +91,7 @@ import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Conc (labelThread)
 import GHC.Exts (Addr#, traceEvent#)
 import GHC.IO (IO (..))
+import System.Environment (lookupEnv)
 import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
@@ -249,7 +250,7 @@ data Exit = Finish | HandOff
 
 dispatcher :: Manager -> IO ()
 dispatcher mgr = do
-  exit <- loop
+  exit <- loop 0
   case exit of
     HandOff -> startDispatcher mgr
     Finish -> finish mgr
@@ -262,35 +263,64 @@ dispatcher mgr = do
       _ <- addCounter c cPolls 1
       when (n > 0) $ void (addCounter c cEvents n)
       return n
-    loop = do
+    loop lastEvent = do
       halt <- stopped mgr
       if halt then return Finish else do
         runExpiredTimers mgr
         n <- pollNow
-        if n > 0 then yield >> loop else do
+        if n > 0 then yield >> getMonotonicTimeNSec >>= loop else do
           yield
           n' <- pollNow
-          if n' > 0 then yield >> loop else do
-            blockingPoll
-            placed <- onOwnCapability
-            if placed then loop else return HandOff
+          if n' > 0 then yield >> getMonotonicTimeNSec >>= loop else do
+            now <- getMonotonicTimeNSec
+            -- Note [Spinning before blocking]
+            if now - lastEvent < spinWindowNs then loop lastEvent else do
+              got <- blockingPoll
+              placed <- onOwnCapability
+              if not placed then return HandOff
+                else if got > 0 then getMonotonicTimeNSec >>= loop
+                else loop lastEvent
     blockingPoll = do
       writeCounter c cState sBlocking
       halt <- stopped mgr
       timeout <- if halt then return NoWait else pollTimeout mgr
-      unless (timeout == NoWait) $ do
+      n <- if timeout == NoWait then return 0 else do
         trace "weft:poll:block"#
         n <- backendPoll backend timeout handler
         trace "weft:poll:woke"#
         _ <- addCounter c cBlockingPolls 1
         when (n > 0) $ void (addCounter c cEvents n)
+        return n
       writeCounter c cState sRunning
+      return n
     -- After 'setNumCapabilities' shrank and grew again, the dispatcher may
     -- have been moved off its capability; it restarts itself there.
     onOwnCapability = do
       (cap, _) <- threadCapability =<< myThreadId
       n <- getNumCapabilities
       return (cap == mgrCap mgr || mgrCap mgr >= n)
+
+-- Note [Spinning before blocking]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A blocking poll is a safe foreign call: the capability is handed to
+-- another OS thread on the way in and taken back on the way out, and the
+-- kernel must wake a sleeping thread, often on another core, when an event
+-- comes. Under steady traffic that costs far more than a non-blocking poll.
+-- So for a short window after it last delivered events, the dispatcher keeps
+-- to non-blocking polls and 'yield's (threads queued on its capability still
+-- run between polls) and only then blocks. Idle managers pay one window of
+-- polling per burst of traffic. The window is 'spinWindowNs'; @WEFT_SPIN_US@
+-- sets it in microseconds, and 0 gives the plain Mio loop.
+
+-- | The spin window in nanoseconds, from @WEFT_SPIN_US@ (microseconds).
+{-# NOINLINE spinWindowNs #-}
+spinWindowNs :: Word64
+spinWindowNs = unsafePerformIO $ do
+  v <- lookupEnv "WEFT_SPIN_US"
+  return $ case reads (maybe "" id v) of
+    [(us, "")] | us >= (0 :: Int) -> fromIntegral us * 1000
+    _ -> defaultSpinWindowUs * 1000
+  where defaultSpinWindowUs = 50
 
 -- | Fail every pending wait and timer, then release the backend once no
 -- waker can still write to it (Note [Dispatcher states]).
@@ -336,14 +366,16 @@ onEvent mgr fd tag ev = do
   case found of
     Nothing -> return ()
     Just slot -> do
-      callbacks <- modifyMVarMasked (slotLock slot) $ \st ->
-        if ssTag st /= tag then return (st, []) else do
-          let (fired, st1) = fireSlot ev st
-          (st2, failed, _) <- syncArm mgr fd Nothing st1
-          cbs <- completeAll mgr ([ (r, ev) | r <- fired ] ++ failed)
-          adjustLive mgr st st2
-          return (st2, cbs)
-      runCallbacks mgr callbacks
+      -- The dispatcher runs masked, and holds the lock only for pure steps,
+      -- a backend arm and non-blocking cell fills: a plain take/put is safe.
+      st <- takeMVar (slotLock slot)
+      if ssTag st /= tag then putMVar (slotLock slot) st else do
+        let (fired, st1) = fireSlot ev st
+        (st2, failed, _) <- syncArm mgr fd Nothing st1
+        callbacks <- completeAll mgr (map (\r -> (r, ev)) fired ++ failed)
+        adjustLive mgr st st2
+        putMVar (slotLock slot) st2
+        runCallbacks mgr callbacks
 
 ------------------------------------------------------------------------------
 -- Arming
@@ -359,7 +391,13 @@ syncArm :: Manager -> Fd -> Maybe Int -> SlotState Target
         -> IO (SlotState Target, [(Reg Target, Event)], Fresh)
 syncArm mgr fd fresh st
   | not (needsArm want (ssArmed st)) = return (st, [], FreshArmed)
-  | otherwise = do
+  | otherwise = armNow
+  where
+    !want = wantedInterest (ssRegs st)
+    isFresh reg = Just (regKey reg) == fresh
+    others = filter (not . isFresh) (ssRegs st)
+    cleared = st { ssRegs = [], ssArmed = noInterest, ssKnown = False }
+    armNow = do
       _ <- addCounter (mgrCounters mgr) cArms 1
       r <- backendArm (mgrBackend mgr) fd (ssTag st) want (ssKnown st)
       case r of
@@ -378,11 +416,6 @@ syncArm mgr fd fresh st
                  , FreshReady )
         ArmFailed err ->
           return (cleared, [ (o, evtClose) | o <- others ], FreshFailed err)
-  where
-    want = wantedInterest (ssRegs st)
-    isFresh reg = Just (regKey reg) == fresh
-    others = filter (not . isFresh) (ssRegs st)
-    cleared = st { ssRegs = [], ssArmed = noInterest, ssKnown = False }
 
 -- | Complete registrations: fill wait cells now (the caller holds the slot
 -- lock, Note [Reusable wait cells]) and return the callbacks to run after

@@ -1,3 +1,4 @@
+{-# LANGUAGE BangPatterns #-}
 -- | The state of one fd in one manager, and its transitions. Pure, so the
 -- rules can be tested against a model; the manager applies them while it
 -- holds the slot's lock.
@@ -14,7 +15,6 @@ module Weft.Event.Slot
   , closeSlot
   ) where
 
-import Data.List (partition)
 import Data.Word (Word32)
 
 import Weft.Event.Internal
@@ -44,17 +44,23 @@ emptySlotState = SlotState [] noInterest False 0
 -- | What the registrations need: the union of their events, persistent if
 -- any is 'MultiShot'.
 wantedInterest :: [Reg t] -> Interest
-wantedInterest regs =
-  Interest (foldMap regEvents regs) (any ((== MultiShot) . regLifetime) regs)
+wantedInterest = go evtNothing False
+  where
+    go !evs !multi [] = Interest evs multi
+    go !evs !multi (r : rest) =
+      go (evs <> regEvents r) (multi || regLifetime r == MultiShot) rest
 
 addReg :: Reg t -> SlotState t -> SlotState t
 addReg r st = st { ssRegs = r : ssRegs st }
 
 -- | Take out the registration with this key, if it is still there.
 removeReg :: Int -> SlotState t -> (Maybe (Reg t), SlotState t)
-removeReg key st = case partition ((== key) . regKey) (ssRegs st) of
-  (r : _, rest) -> (Just r, st { ssRegs = rest })
-  ([], _) -> (Nothing, st)
+removeReg key st = go [] (ssRegs st)
+  where
+    go _ [] = (Nothing, st)
+    go seen (r : rest)
+      | regKey r == key = let !regs = reverse seen ++ rest in (Just r, st { ssRegs = regs })
+      | otherwise = go (r : seen) rest
 
 -- | Apply a reported event: return the registrations it fires and the new
 -- state. Fired one-shots leave; multi-shots stay. A one-shot watch is
@@ -63,12 +69,16 @@ removeReg key st = case partition ((== key) . regKey) (ssRegs st) of
 fireSlot :: Event -> SlotState t -> ([Reg t], SlotState t)
 fireSlot ev st
   | ev `eventIs` evtClose = (ssRegs st, st { ssRegs = [], ssArmed = noInterest })
-  | otherwise = (fired, st { ssRegs = kept ++ multi, ssArmed = armed' })
+  | otherwise = go [] [] (ssRegs st)
   where
-    (fired, kept) = partition ((`eventIs` ev) . regEvents) (ssRegs st)
-    multi = filter ((== MultiShot) . regLifetime) fired
-    armed' | interestPersistent (ssArmed st) = ssArmed st
-           | otherwise = noInterest
+    go fired kept [] =
+      let !armed' | interestPersistent (ssArmed st) = ssArmed st
+                  | otherwise = noInterest
+      in (fired, st { ssRegs = kept, ssArmed = armed' })
+    go fired kept (r : rest)
+      | not (regEvents r `eventIs` ev) = go fired (r : kept) rest
+      | regLifetime r == MultiShot = go (r : fired) (r : kept) rest
+      | otherwise = go (r : fired) kept rest
 
 -- | Must the backend be told, to go from the armed interest to the wanted one?
 -- A one-shot watch of more events than wanted is left alone (it costs at

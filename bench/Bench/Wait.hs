@@ -1,0 +1,180 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | @weft-bench wait@: pipe ping-pong between two threads, each round trip
+-- being two fd waits, with weft's 'Weft.threadWaitRead' and with GHC's own,
+-- at @-N1@ and @-N2@. Every run is a child process, so the arms are measured
+-- alike; the parent interleaves them and repeats.
+module Bench.Wait
+  ( waitMain
+  , waitChild
+  ) where
+
+import Control.Concurrent
+import Control.Exception (evaluate)
+import Control.Monad
+import Data.IORef
+import Data.List (intercalate)
+import qualified Data.Map.Strict as Map
+import Data.Word (Word8)
+import Foreign.C.Types (CInt (..), CSize (..))
+import Foreign.Marshal.Alloc (mallocBytes)
+import Foreign.Ptr (Ptr)
+import qualified Foreign.Storable
+import GHC.Clock (getMonotonicTimeNSec)
+import qualified GHC.Conc as GHC
+import System.Environment (getExecutablePath)
+import System.Exit (exitFailure)
+import System.IO
+import System.Posix.Types (CSsize (..), Fd (..))
+import System.Process (readProcess)
+import Text.Printf (printf)
+
+import Bench.Report
+import qualified Weft
+import qualified Weft.Event as E
+
+data Arm = WeftArm | GhcArm deriving (Eq, Ord, Show)
+
+armName :: Arm -> String
+armName WeftArm = "weft"
+armName GhcArm = "ghc"
+
+data Options = Options { optReps :: Int, optRoundTrips :: Int, optCaps :: [Int] }
+
+parseOptions :: [String] -> Options
+parseOptions = go (Options 5 100000 [1, 2])
+  where
+    go o ("--reps" : n : rest) = go o { optReps = read n } rest
+    go o ("--round-trips" : n : rest) = go o { optRoundTrips = read n } rest
+    go o ("--caps" : cs : rest) = go o { optCaps = map read (splitOn ',' cs) } rest
+    go o [] = o
+    go _ (x : _) = error ("weft-bench wait: unknown option " ++ x
+                          ++ " (use --reps N, --round-trips N, --caps 1,2)")
+    splitOn c s = case break (== c) s of
+      (a, []) -> [a]
+      (a, _ : b) -> a : splitOn c b
+
+data Result = Result { resWaitsPerSec :: Double, resCpuPerWait :: Double, resExtra :: String }
+
+-- | The parent: run every (caps, arm) pair in turn, repeat, summarise.
+waitMain :: [String] -> IO ()
+waitMain args = do
+  let opts = parseOptions args
+      cells = [ (n, arm) | n <- optCaps opts, arm <- [WeftArm, GhcArm] ]
+  exe <- getExecutablePath
+  hSetBuffering stdout LineBuffering
+  printf "weft-bench wait: pipe ping-pong, %d round trips (%d waits) per run, %d repetitions, arms interleaved\n"
+    (optRoundTrips opts) (2 * optRoundTrips opts) (optReps opts)
+  results <- newIORef Map.empty
+  forM_ [1 .. optReps opts] $ \rep -> forM_ cells $ \(n, arm) -> do
+    out <- readProcess exe [ "wait-child", armName arm, show (optRoundTrips opts)
+                           , "+RTS", "-N" ++ show n, "-RTS" ] ""
+    r <- either (\e -> hPutStrLn stderr e >> exitFailure) return (parseChild out)
+    printf "  [rep %d/%d] -N%d %-4s %10.0f waits/s %7.2f CPU-us/wait %s\n"
+      rep (optReps opts) n (armName arm) (resWaitsPerSec r) (resCpuPerWait r) (resExtra r)
+    modifyIORef' results (Map.insertWith (flip (++)) (n, arm) [r])
+  summary <- readIORef results
+  let get n arm f = maybe [] (map f) (Map.lookup (n, arm) summary)
+      rows = [ [ "-N" ++ show n, armName arm
+               , printf "%.0f" (median wps), spread (printf "%.0f") wps
+               , printf "%.2f" (median cpu), spread (printf "%.2f") cpu
+               , if arm == WeftArm then printf "%.2fx" (median wps / median (get n GhcArm resWaitsPerSec)) else ""
+               , if arm == WeftArm then printf "%.2fx" (median (get n GhcArm resCpuPerWait) / median cpu) else "" ]
+             | (n, arm) <- cells
+             , let wps = get n arm resWaitsPerSec
+             , let cpu = get n arm resCpuPerWait ]
+      header = [ "caps", "arm", "waits/s (median)", "min–max", "CPU us/wait (median)", "min–max"
+               , "weft/ghc waits/s", "ghc/weft CPU" ]
+  putStrLn ""
+  putStr (renderTable header rows)
+  writeCsv "bench-results/wait.csv" header rows
+  putStrLn "\n(waits/s: higher is better; CPU us/wait from /proc/self/stat; ratios of medians)"
+  putStrLn "CSV: bench-results/wait.csv"
+
+parseChild :: String -> Either String Result
+parseChild out = case [ l | l <- lines out, take 7 l == "result " ] of
+  [l] -> case words (drop 7 l) of
+    (w : c : extra) -> Right (Result (read w) (read c) (unwords extra))
+    _ -> Left ("weft-bench: bad child output: " ++ out)
+  _ -> Left ("weft-bench: bad child output: " ++ out)
+
+-- | The child: one timed run of one arm at the RTS's @-N@.
+waitChild :: [String] -> IO ()
+waitChild [armStr, tripsStr] = do
+  let arm = if armStr == "weft" then WeftArm else GhcArm
+      trips = read tripsStr :: Int
+      wait = case arm of
+        WeftArm -> Weft.threadWaitRead
+        GhcArm -> GHC.threadWaitRead
+  caps <- getNumCapabilities
+  (r1, w1) <- nonBlockingPipe
+  (r2, w2) <- nonBlockingPipe
+  let warmup = max 1000 (trips `div` 20)
+  -- Warm up (manager start, first ADDs), then measure.
+  _ <- pingPong wait caps warmup (r1, w1) (r2, w2)
+  cpu0 <- processCpuMicros
+  t0 <- getMonotonicTimeNSec
+  _ <- pingPong wait caps trips (r1, w1) (r2, w2)
+  t1 <- getMonotonicTimeNSec
+  cpu1 <- processCpuMicros
+  let waits = fromIntegral (2 * trips) :: Double
+      secs = fromIntegral (t1 - t0) / 1e9
+  extra <- case arm of
+    GhcArm -> return ""
+    WeftArm -> do
+      stats <- mapM E.getManagerStats =<< E.systemManagers
+      let total f = fromIntegral (sum (map f stats)) / waits :: Double
+      return (printf "(per wait: %.2f blocking polls, %.2f polls, %.2f arms, %.3f wakeups; %d live registrations)"
+                (total E.statBlockingPolls) (total E.statNonBlockingPolls)
+                (total E.statArms) (total E.statWakeups) (sum (map E.statLiveRegistrations stats)))
+  putStrLn (intercalate " " ["result", show (waits / secs), show ((cpu1 - cpu0) / waits), extra])
+waitChild _ = hPutStrLn stderr "usage: weft-bench wait-child ARM ROUND_TRIPS" >> exitFailure
+
+-- | Thread A on capability 0 writes to pipe 1 and waits on pipe 2; thread B
+-- on the last capability waits on pipe 1 and answers on pipe 2.
+pingPong :: (Fd -> IO ()) -> Int -> Int -> (Fd, Fd) -> (Fd, Fd) -> IO ()
+pingPong wait caps trips (r1, w1) (r2, w2) = do
+  done <- newEmptyMVar
+  bufA <- mallocBytes 8
+  bufB <- mallocBytes 8
+  _ <- forkOn (caps - 1) $ do
+    replicateM_ trips $ do
+      wait r1
+      readOne r1 bufB
+      writeOne w2 bufB
+    putMVar done ()
+  _ <- forkOn 0 $ do
+    replicateM_ trips $ do
+      writeOne w1 bufA
+      wait r2
+      readOne r2 bufA
+    putMVar done ()
+  takeMVar done
+  takeMVar done
+
+readOne :: Fd -> Ptr Word8 -> IO ()
+readOne fd buf = do
+  n <- c_read fd buf 1
+  when (n /= 1) $ fail ("weft-bench: read returned " ++ show n)
+
+writeOne :: Fd -> Ptr Word8 -> IO ()
+writeOne fd buf = do
+  n <- c_write fd buf 1
+  when (n /= 1) $ fail ("weft-bench: write returned " ++ show n)
+
+nonBlockingPipe :: IO (Fd, Fd)
+nonBlockingPipe = do
+  fds <- mallocBytes 8
+  r <- c_pipe2 fds 0o4000   -- O_NONBLOCK
+  when (r /= 0) $ fail "weft-bench: pipe2 failed"
+  a <- peekFd fds 0
+  b <- peekFd fds 1
+  _ <- evaluate (a, b)
+  return (a, b)
+  where peekFd p i = Fd <$> peekCInt p i
+
+foreign import ccall unsafe "unistd.h read" c_read :: Fd -> Ptr Word8 -> CSize -> IO CSsize
+foreign import ccall unsafe "unistd.h write" c_write :: Fd -> Ptr Word8 -> CSize -> IO CSsize
+foreign import ccall unsafe "unistd.h pipe2" c_pipe2 :: Ptr CInt -> CInt -> IO CInt
+
+peekCInt :: Ptr CInt -> Int -> IO CInt
+peekCInt = Foreign.Storable.peekElemOff
