@@ -1,0 +1,32 @@
+-- | weft's test suite. The wait, timer and lifecycle tests run once per
+-- backend; run with @+RTS -N2@ so that two capabilities take part.
+module Main (main) where
+
+import Control.Concurrent (getNumCapabilities)
+import Control.Monad (forM_, when)
+import System.Exit (exitFailure)
+import System.IO
+import Test.Hspec
+
+import qualified Test.FdTable
+import qualified Test.Lifecycle
+import qualified Test.Slot
+import qualified Test.Timers
+import qualified Test.Waits
+import qualified Weft.Event as E
+
+main :: IO ()
+main = do
+  caps <- getNumCapabilities
+  when (caps < 2) $ do
+    hPutStrLn stderr "weft-test: run with +RTS -N2 (or more)"
+    exitFailure
+  hspec $ do
+    Test.FdTable.spec
+    Test.Slot.spec
+    forM_ [minBound .. maxBound] $ \kind ->
+      describe ("backend " ++ E.backendKindName kind) $
+        beforeAll_ (E.setSystemBackend kind) $ do
+          Test.Waits.spec kind
+          Test.Timers.spec
+          Test.Lifecycle.spec kind

@@ -36,6 +36,16 @@
 -- is already gone (it fired) drains the cell, so no stale value survives to
 -- wake the next waiter early.
 --
+-- Note [Arm generations]
+-- ~~~~~~~~~~~~~~~~~~~~~~~
+-- Every arm bumps the slot's tag, and the backend reports the tag an event
+-- was armed with. The dispatcher may harvest an event, and only then find
+-- that the slot was re-armed meanwhile (a waiter left, the fd was drained,
+-- a new waiter came): that event describes a readiness that may be gone, so
+-- it is dropped. Nothing is lost: the re-arm itself makes the kernel check
+-- readiness again and report it under the new tag. 'closeSlot' bumps the tag
+-- too, which also silences events of a dup'ed, closed fd still in the set.
+--
 -- Note [Fds closed behind weft's back]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 -- When a user closes an fd with plain @close@, the kernel drops it from the
@@ -390,32 +400,33 @@ data Fresh = FreshArmed | FreshReady | FreshFailed !Errno
 syncArm :: Manager -> Fd -> Maybe Int -> SlotState Target
         -> IO (SlotState Target, [(Reg Target, Event)], Fresh)
 syncArm mgr fd fresh st
-  | not (needsArm want (ssArmed st)) = return (st, [], FreshArmed)
-  | otherwise = armNow
+  -- A new registration always arms, even if the watch seems to cover it:
+  -- the arm is what finds an fd closed behind weft's back (Note [Fds closed
+  -- behind weft's back]). Only the dispatcher and cancellations skip it.
+  | Nothing <- fresh, not (needsArm want (ssArmed st)) = return (st, [], FreshArmed)
+  | otherwise = do
+      _ <- addCounter (mgrCounters mgr) cArms 1
+      -- Note [Arm generations]
+      let st' = st { ssTag = ssTag st + 1 }
+      r <- backendArm (mgrBackend mgr) fd (ssTag st') want (ssKnown st')
+      case r of
+        Armed -> return (armedWith want st', [], FreshArmed)
+        ArmedAfterVanish -> do
+          -- Note [Fds closed behind weft's back]
+          let (mine, orphans) = span isFresh (ssRegs st')
+          (st'', more, outcome) <- syncArm mgr fd Nothing (armedWith want st') { ssRegs = mine }
+          return (st'', [ (o, evtClose) | o <- orphans ] ++ more, outcome)
+        ArmUnsupported ->
+          -- Always ready (a regular file): one-shots complete now.
+          return ( clear st'
+                 , [ (o, if regLifetime o == OneShot then regEvents o else evtClose) | o <- others ]
+                 , FreshReady )
+        ArmFailed err -> return (clear st', [ (o, evtClose) | o <- others ], FreshFailed err)
   where
     !want = wantedInterest (ssRegs st)
     isFresh reg = Just (regKey reg) == fresh
     others = filter (not . isFresh) (ssRegs st)
-    cleared = st { ssRegs = [], ssArmed = noInterest, ssKnown = False }
-    armNow = do
-      _ <- addCounter (mgrCounters mgr) cArms 1
-      r <- backendArm (mgrBackend mgr) fd (ssTag st) want (ssKnown st)
-      case r of
-        Armed -> return (armedWith want st, [], FreshArmed)
-        ArmedAfterVanish -> do
-          -- Note [Fds closed behind weft's back]
-          let (mine, orphans) = span isFresh (ssRegs st)
-              st' = (armedWith want st) { ssRegs = mine }
-          (st'', more, outcome) <- syncArm mgr fd fresh st'
-          return (st'', [ (o, evtClose) | o <- orphans ] ++ more, outcome)
-        ArmUnsupported ->
-          -- Always ready (a regular file): one-shots complete now.
-          return ( cleared
-                 , [ (o, if regLifetime o == OneShot then regEvents o else evtClose)
-                   | o <- others ]
-                 , FreshReady )
-        ArmFailed err ->
-          return (cleared, [ (o, evtClose) | o <- others ], FreshFailed err)
+    clear s = s { ssRegs = [], ssArmed = noInterest, ssKnown = False }
 
 -- | Complete registrations: fill wait cells now (the caller holds the slot
 -- lock, Note [Reusable wait cells]) and return the callbacks to run after
@@ -590,8 +601,14 @@ closeFdOn mgrs close fd = mask_ $ do
   slots <- fmap concat . forM mgrs $ \m ->
     maybe [] (\s -> [(m, s)]) <$> FT.lookup (mgrTable m) (fdInt fd)
   states <- lockAll slots
-  let unlock = zipWithM_ (\(_, s) st -> putMVar (slotLock s) st) slots states
-  (`onException` unlock) $ do
+  -- If the close action throws, the fd stays open: re-arm what was removed.
+  let restore = forM_ (zip slots states) $ \((m, s), st) -> do
+        (st', others, _) <- syncArm m fd Nothing st { ssArmed = noInterest, ssKnown = False }
+        cbs <- completeAll m others
+        adjustLive m st st'
+        putMVar (slotLock s) st'
+        runCallbacks m cbs
+  (`onException` restore) $ do
     forM_ (zip slots states) $ \((m, _), st) -> do
       halt <- stopped m
       when (ssKnown st && not halt) $ backendForget (mgrBackend m) fd

@@ -33,6 +33,7 @@ import Weft.Event.Internal
 import Weft.Event.Wakeup
 
 #include <poll.h>
+#include <fcntl.h>
 
 data Watch = Watch
   { watchInterest :: !Interest
@@ -61,14 +62,21 @@ newPollBackend wkind = do
     }
 
 arm :: PollState -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
-arm st (Fd fd) tag interest _known = do
-  stamp <- atomicModifyIORef' (psStamp st) (\s -> (s + 1, s))
-  let key = fromIntegral fd
-      update m
-        | interestEvents interest == evtNothing = IM.delete key m
-        | otherwise = IM.insert key (Watch interest tag stamp) m
-  atomicModifyIORef' (psWatches st) (\m -> (update m, ()))
-  return Armed
+arm st (Fd fd) tag interest _known
+  | interestEvents interest /= evtNothing = do
+      -- poll would accept any number; refuse a closed fd as epoll does.
+      valid <- c_fcntl_getfd (Fd fd) #{const F_GETFD}
+      if valid < 0 then ArmFailed <$> getErrno else watch
+  | otherwise = watch
+  where
+  watch = do
+   stamp <- atomicModifyIORef' (psStamp st) (\s -> (s + 1, s))
+   let key = fromIntegral fd
+       update m
+         | interestEvents interest == evtNothing = IM.delete key m
+         | otherwise = IM.insert key (Watch interest tag stamp) m
+   atomicModifyIORef' (psWatches st) (\m -> (update m, ()))
+   return Armed
 
 pollfdSize :: Int
 pollfdSize = #{size struct pollfd}
@@ -127,6 +135,9 @@ fromPoll re
   | otherwise = (if re .&. (#{const POLLIN} .|. errHup) /= 0 then evtRead else mempty)
              <> (if re .&. (#{const POLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
   where errHup = #{const POLLERR} .|. #{const POLLHUP}
+
+foreign import ccall unsafe "fcntl.h fcntl"
+  c_fcntl_getfd :: Fd -> CInt -> IO CInt
 
 foreign import ccall safe "poll.h poll"
   c_poll :: Ptr () -> CULong -> CInt -> IO CInt

@@ -1,0 +1,120 @@
+-- | Helpers shared by weft's tests: pipes, byte I/O, bounded waiting and
+-- leak counters.
+module Support
+  ( withPipe
+  , newPipe
+  , closePipe
+  , writeByte
+  , readByte
+  , within
+  , eventually
+  , liveRegistrations
+  , pendingTimers
+  , openFdCount
+  , raiseFdLimit
+  , forkResult
+  , isBadFd
+  ) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import Data.Word (Word8)
+import Foreign.C.Error (eBADF, Errno (..))
+import Foreign.C.Types (CInt (..), CSize (..))
+import Foreign.Marshal.Alloc (alloca)
+import Foreign.Marshal.Array (allocaArray, peekArray)
+import Foreign.Ptr (Ptr)
+import Foreign.Storable (peek, poke)
+import GHC.IO.Exception (IOException (..))
+import System.Directory (listDirectory)
+import qualified System.Timeout as GHC
+import System.Posix.Resource
+import System.Posix.Types (CSsize (..), Fd (..))
+import Test.Hspec
+
+import qualified Weft.Event as E
+
+-- | A non-blocking, close-on-exec pipe: (read end, write end).
+newPipe :: IO (Fd, Fd)
+newPipe = allocaArray 2 $ \fds -> do
+  r <- c_pipe2 fds (0o4000 + 0o2000000)
+  when (r /= 0) $ throwIO (userError "pipe2 failed")
+  [a, b] <- peekArray 2 fds
+  return (Fd a, Fd b)
+
+closePipe :: (Fd, Fd) -> IO ()
+closePipe (a, b) = void (c_close a) >> void (c_close b)
+
+withPipe :: ((Fd, Fd) -> IO a) -> IO a
+withPipe = bracket newPipe closePipe
+
+writeByte :: Fd -> IO ()
+writeByte fd = alloca $ \p -> do
+  poke p (7 :: Word8)
+  n <- c_write fd p 1
+  when (n /= 1) $ throwIO (userError ("write returned " ++ show n))
+
+-- | Read one byte; 'Nothing' if none is there (EAGAIN).
+readByte :: Fd -> IO (Maybe Word8)
+readByte fd = alloca $ \p -> do
+  n <- c_read fd p 1
+  if n == 1 then Just <$> peek p else return Nothing
+
+-- | Run an action that must finish within the given number of seconds
+-- (timed with GHC's own timeout, independent of weft).
+within :: Double -> String -> IO a -> IO a
+within secs what act = do
+  r <- GHC.timeout (round (secs * 1e6)) act
+  maybe (expectationFailure ("did not finish within " ++ show secs ++ " s: " ++ what)
+         >> throwIO (userError "unreachable")) return r
+
+-- | Poll a condition every millisecond for up to 5 seconds.
+eventually :: String -> IO Bool -> IO ()
+eventually what cond = go (5000 :: Int)
+  where
+    go 0 = expectationFailure ("condition never held: " ++ what)
+    go n = do
+      ok <- cond
+      unless ok (threadDelayGHC 1000 >> go (n - 1))
+    threadDelayGHC = Control.Concurrent.threadDelay
+
+-- | Registrations and waits pending across every system manager.
+liveRegistrations :: IO Int
+liveRegistrations = sum . map E.statLiveRegistrations <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+pendingTimers :: IO Int
+pendingTimers = sum . map E.statPendingTimers <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+openFdCount :: IO Int
+openFdCount = length <$> listDirectory "/proc/self/fd"
+
+-- | Raise the soft fd limit to at least n (up to the hard limit).
+raiseFdLimit :: Integer -> IO ()
+raiseFdLimit n = do
+  lim <- getResourceLimit ResourceOpenFiles
+  let want = case hardLimit lim of
+        ResourceLimit h -> ResourceLimit (min n h)
+        _ -> ResourceLimit n
+  setResourceLimit ResourceOpenFiles lim { softLimit = want }
+
+-- | Fork an action on a capability; its outcome lands in the MVar.
+forkResult :: Int -> IO a -> IO (ThreadId, MVar (Either SomeException a))
+forkResult cap act = do
+  m <- newEmptyMVar
+  -- Masked until 'try' is in place, so a killThread that comes before the
+  -- thread runs is still caught and reported.
+  t <- mask $ \restore -> forkOn cap (try (restore act) >>= putMVar m)
+  return (t, m)
+
+-- | Is this the IOError a waiter gets when its fd is closed?
+isBadFd :: Either SomeException a -> Bool
+isBadFd (Left e) = case fromException e of
+  Just ioe -> ioe_errno ioe == Just (let Errno b = eBADF in b)
+  Nothing -> False
+isBadFd (Right _) = False
+
+foreign import ccall unsafe "unistd.h pipe2" c_pipe2 :: Ptr CInt -> CInt -> IO CInt
+foreign import ccall unsafe "unistd.h close" c_close :: Fd -> IO CInt
+foreign import ccall unsafe "unistd.h read" c_read :: Fd -> Ptr Word8 -> CSize -> IO CSsize
+foreign import ccall unsafe "unistd.h write" c_write :: Fd -> Ptr Word8 -> CSize -> IO CSsize

@@ -1,0 +1,90 @@
+-- | Capabilities changing under load, shutdown, backend choice and wakeups.
+module Test.Lifecycle (spec) where
+
+import Control.Concurrent hiding (threadDelay, threadWaitRead)
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import System.Environment (setEnv, unsetEnv)
+import Test.Hspec
+
+import Support
+import Weft (closeFdWith, threadWaitRead, threadDelay)
+import qualified Weft
+import qualified Weft.Event as E
+import Weft.Event.Backend (backendKindFromEnv)
+import Weft.Event.Wakeup
+
+spec :: E.BackendKind -> Spec
+spec kind = do
+  describe "setNumCapabilities" $
+    it "1 -> 2 -> 1 (three times) while waits are in flight: every wait completes" $ do
+      caps0 <- getNumCapabilities
+      (r1, w1) <- newPipe
+      (r2, w2) <- newPipe
+      let trips = 20000 :: Int
+      -- Unpinned threads, so they migrate as capabilities come and go.
+      a <- newEmptyMVar
+      b <- newEmptyMVar
+      _ <- forkIO (try (replicateM_ trips (writeByte w1 >> threadWaitRead r2 >> readByte r2)) >>= putMVar a)
+      _ <- forkIO (try (replicateM_ trips (threadWaitRead r1 >> readByte r1 >> writeByte w2)) >>= putMVar b)
+      forM_ (take 6 (cycle [1, 2])) $ \n -> Weft.setNumCapabilities n >> threadDelay 20000
+      Weft.setNumCapabilities caps0
+      outs <- within 120 "ping-pong across capability changes" (mapM takeMVar [a, b])
+      forM_ outs (either (throwIO :: SomeException -> IO ()) return)
+      mapM_ closePipe [(r1, w1), (r2, w2)]
+
+  describe "shutdown" $
+    it "fails pending waits, releases every manager fd, and managers restart on demand" $ do
+      E.shutdownSystemManagers
+      fds0 <- openFdCount
+      withPipe $ \(r, _) -> do
+        waiters <- forM [0, 1] $ \c -> snd <$> forkResult c (threadWaitRead r)
+        sleeper <- snd <$> forkResult 0 (threadDelay 10000000)
+        eventually "both managers running" ((== 2) . length <$> E.systemManagers)
+        eventually "waits registered" ((== 2) <$> liveRegistrations)
+        E.shutdownSystemManagers
+        outs <- within 5 "waiters after shutdown" (mapM takeMVar (waiters ++ [sleeper]))
+        forM_ outs $ \o -> either (const (return ())) (const (expectationFailure "a wait survived shutdown")) o
+      openFdCount `shouldReturn` fds0
+      -- Waits made afterwards start fresh managers.
+      withPipe $ \(r, w) -> do
+        writeByte w
+        within 5 "wait after restart" (threadWaitRead r)
+      E.systemBackendKind `shouldReturn` kind
+
+  describe "wakeups" $ do
+    it "cost at most one wakeup-fd write per blocking poll, however many wakers" $ do
+      mgr <- E.getSystemManager
+      -- Many timers, each earlier than the last, registered while the
+      -- dispatcher may be blocked: each one asks to wake it.
+      forM_ [1000, 999 .. 1] $ \us -> void (Weft.timeout (us * 1000) (return ()))
+      s <- E.getManagerStats mgr
+      E.statWakeups s `shouldSatisfy` (<= E.statBlockingPolls s + 1)
+
+    it "an eventfd channel coalesces many signals into one read" $ coalesces EventFdWakeup
+    it "a pipe channel (the fallback) coalesces many signals into one drain" $ coalesces PipeWakeup
+
+  describe "backend choice" $
+    it "WEFT_BACKEND selects epoll or poll, and rejects anything else" $ do
+      (setEnv "WEFT_BACKEND" "poll" >> backendKindFromEnv) `shouldReturn` E.PollBackend
+      (setEnv "WEFT_BACKEND" "epoll" >> backendKindFromEnv) `shouldReturn` E.EPollBackend
+      (setEnv "WEFT_BACKEND" "kqueue" >> backendKindFromEnv) `shouldThrow` anyIOException
+      (unsetEnv "WEFT_BACKEND" >> backendKindFromEnv) `shouldReturn` E.EPollBackend
+
+  describe "closeFdWith without waiters" $
+    it "just closes the fd" $ do
+      (r, w) <- newPipe
+      closed <- newIORef (0 :: Int)
+      closeFdWith (\_ -> modifyIORef closed (+ 1)) r
+      readIORef closed `shouldReturn` 1
+      closePipe (r, w)
+  where
+    coalesces wkind = do
+      w <- newWakeup wkind
+      wakeupKind w `shouldBe` wkind
+      replicateM_ 100 (signalWakeup w)
+      readByte (wakeupReadFd w) >>= (`shouldSatisfy` (/= Nothing)) . Just
+      drainWakeup w
+      readByte (wakeupReadFd w) `shouldReturn` Nothing
+      closeWakeup w
