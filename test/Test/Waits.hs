@@ -136,11 +136,14 @@ spec kind = do
 
     it "a wait killed as its data arrives never leaves a stale wakeup for the next waiter" $ withPipe $ \(r, w) -> do
       base <- liveRegistrations
-      forM_ [1 .. 300 :: Int] $ \i -> do
+      forM_ [1 .. 3000 :: Int] $ \i -> do
         (t, res) <- forkResult (i `mod` 2) (threadWaitRead r)
-        when (even i) yield
-        writeByte w
-        killThread t
+        replicateM_ (i `mod` 3) yield
+        -- Kill from the waiter's own capability, just after the data lands,
+        -- so the kill and the dispatcher's wakeup race on one capability.
+        killer <- newEmptyMVar
+        _ <- forkOn (i `mod` 2) (writeByte w >> replicateM_ (i `div` 2 `mod` 3) yield >> killThread t >> putMVar killer ())
+        takeMVar killer
         _ <- within 5 "killed waiter" (takeMVar res)
         _ <- readByte r   -- drain, so the fd is not readable
         -- A new waiter must block: nothing is readable now.

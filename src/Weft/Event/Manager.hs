@@ -32,9 +32,10 @@
 -- cell that no registration refers to and that is empty has no owner: its
 -- last waiter took its value, or drained it when cancelled. A waiter claims
 -- a cell only in that state, under the lock; any other waiter on the same fd
--- and direction gets a fresh 'MVar'. A cancelled waiter whose registration
--- is already gone (it fired) drains the cell, so no stale value survives to
--- wake the next waiter early.
+-- and direction gets a fresh 'MVar'. So a value left in a cell by a waiter
+-- that was cancelled just as its registration fired can never wake the next
+-- waiter early: a full cell is never claimed. The cancelled waiter also
+-- drains the cell, so it can be claimed again.
 --
 -- Note [Arm generations]
 -- ~~~~~~~~~~~~~~~~~~~~~~~
