@@ -10,7 +10,7 @@ CABAL := env CABAL_DIR=$(CABAL_HOME) cabal --config-file=$(CURDIR)/cabal.config
 
 DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
                 libghc-primitive-dev libghc-async-dev libghc-psqueues-dev \
-                util-linux
+                libghc-network-dev
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin
@@ -32,7 +32,7 @@ deps:
 build: deps
 	@mkdir -p $(CABAL_HOME) $(BIN)
 	$(CABAL) v2-build all --offline
-	@for exe in weft-test weft-bench; do \
+	@for exe in weft-test weft-bench weft-example-echo; do \
 	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
 
 test: build
