@@ -21,22 +21,33 @@ import Foreign.Ptr (Ptr)
 import qualified Foreign.Storable
 import GHC.Clock (getMonotonicTimeNSec)
 import qualified GHC.Conc as GHC
-import System.Environment (getExecutablePath)
+import System.Environment (getEnvironment, getExecutablePath)
 import System.Exit (exitFailure)
 import System.IO
 import System.Posix.Types (CSsize (..), Fd (..))
-import System.Process (readProcess)
+import System.Process
 import Text.Printf (printf)
 
 import Bench.Report
 import qualified Weft
 import qualified Weft.Event as E
 
-data Arm = WeftArm | GhcArm deriving (Eq, Ord, Show)
+-- | weft, weft with the plain Mio dispatcher loop (no spin window), and
+-- GHC's own manager.
+data Arm = WeftArm | WeftMioArm | GhcArm deriving (Eq, Ord, Show, Enum, Bounded)
 
 armName :: Arm -> String
 armName WeftArm = "weft"
+armName WeftMioArm = "weft-mio"
 armName GhcArm = "ghc"
+
+-- | The child's arm and the environment it runs with.
+armProcess :: FilePath -> Arm -> [String] -> IO CreateProcess
+armProcess exe arm args = do
+  env0 <- getEnvironment
+  let spin = [ ("WEFT_SPIN_US", "0") | arm == WeftMioArm ]
+      env' = spin ++ filter ((/= "WEFT_SPIN_US") . fst) env0
+  return (proc exe (armName arm : args)) { env = Just env' }
 
 data Options = Options { optReps :: Int, optRoundTrips :: Int, optCaps :: [Int] }
 
@@ -59,15 +70,15 @@ data Result = Result { resWaitsPerSec :: Double, resCpuPerWait :: Double, resExt
 waitMain :: [String] -> IO ()
 waitMain args = do
   let opts = parseOptions args
-      cells = [ (n, arm) | n <- optCaps opts, arm <- [WeftArm, GhcArm] ]
+      cells = [ (n, arm) | n <- optCaps opts, arm <- [minBound .. maxBound] ]
   exe <- getExecutablePath
   hSetBuffering stdout LineBuffering
   printf "weft-bench wait: pipe ping-pong, %d round trips (%d waits) per run, %d repetitions, arms interleaved\n"
     (optRoundTrips opts) (2 * optRoundTrips opts) (optReps opts)
   results <- newIORef Map.empty
   forM_ [1 .. optReps opts] $ \rep -> forM_ cells $ \(n, arm) -> do
-    out <- readProcess exe [ "wait-child", armName arm, show (optRoundTrips opts)
-                           , "+RTS", "-N" ++ show n, "-RTS" ] ""
+    cp <- armProcess exe arm [ show (optRoundTrips opts), "+RTS", "-N" ++ show n, "-RTS" ]
+    out <- readCreateProcess cp { cmdspec = prependArg "wait-child" (cmdspec cp) } ""
     r <- either (\e -> hPutStrLn stderr e >> exitFailure) return (parseChild out)
     printf "  [rep %d/%d] -N%d %-4s %10.0f waits/s %7.2f CPU-us/wait %s\n"
       rep (optReps opts) n (armName arm) (resWaitsPerSec r) (resCpuPerWait r) (resExtra r)
@@ -77,17 +88,18 @@ waitMain args = do
       rows = [ [ "-N" ++ show n, armName arm
                , printf "%.0f" (median wps), spread (printf "%.0f") wps
                , printf "%.2f" (median cpu), spread (printf "%.2f") cpu
-               , if arm == WeftArm then printf "%.2fx" (median wps / median (get n GhcArm resWaitsPerSec)) else ""
-               , if arm == WeftArm then printf "%.2fx" (median (get n GhcArm resCpuPerWait) / median cpu) else "" ]
+               , if arm /= GhcArm then printf "%.2fx" (median wps / median (get n GhcArm resWaitsPerSec)) else ""
+               , if arm /= GhcArm then printf "%.2fx" (median (get n GhcArm resCpuPerWait) / median cpu) else "" ]
              | (n, arm) <- cells
              , let wps = get n arm resWaitsPerSec
              , let cpu = get n arm resCpuPerWait ]
       header = [ "caps", "arm", "waits/s (median)", "min–max", "CPU us/wait (median)", "min–max"
-               , "weft/ghc waits/s", "ghc/weft CPU" ]
+               , "waits/s vs ghc", "CPU/wait saving vs ghc" ]
   putStrLn ""
   putStr (renderTable header rows)
   writeCsv "bench-results/wait.csv" header rows
-  putStrLn "\n(waits/s: higher is better; CPU us/wait from /proc/self/stat; ratios of medians)"
+  putStrLn "\n(waits/s: higher is better; CPU us/wait from /proc/self/stat; ratios of medians against ghc;"
+  putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop)"
   putStrLn "CSV: bench-results/wait.csv"
 
 parseChild :: String -> Either String Result
@@ -100,17 +112,16 @@ parseChild out = case [ l | l <- lines out, take 7 l == "result " ] of
 -- | The child: one timed run of one arm at the RTS's @-N@.
 waitChild :: [String] -> IO ()
 waitChild [armStr, tripsStr] = do
-  let arm = if armStr == "weft" then WeftArm else GhcArm
+  let arm = head ([ a | a <- [minBound .. maxBound], armName a == armStr ] ++ [GhcArm])
       trips = read tripsStr :: Int
-      wait = case arm of
-        WeftArm -> Weft.threadWaitRead
-        GhcArm -> GHC.threadWaitRead
+      wait = if arm == GhcArm then GHC.threadWaitRead else Weft.threadWaitRead
   caps <- getNumCapabilities
   (r1, w1) <- nonBlockingPipe
   (r2, w2) <- nonBlockingPipe
   let warmup = max 1000 (trips `div` 20)
   -- Warm up (manager start, first ADDs), then measure.
   _ <- pingPong wait caps warmup (r1, w1) (r2, w2)
+  stats0 <- managerTotals
   cpu0 <- processCpuMicros
   t0 <- getMonotonicTimeNSec
   _ <- pingPong wait caps trips (r1, w1) (r2, w2)
@@ -118,16 +129,22 @@ waitChild [armStr, tripsStr] = do
   cpu1 <- processCpuMicros
   let waits = fromIntegral (2 * trips) :: Double
       secs = fromIntegral (t1 - t0) / 1e9
-  extra <- case arm of
-    GhcArm -> return ""
-    WeftArm -> do
-      stats <- mapM E.getManagerStats =<< E.systemManagers
-      let total f = fromIntegral (sum (map f stats)) / waits :: Double
-      return (printf "(per wait: %.2f blocking polls, %.2f polls, %.2f arms, %.3f wakeups; %d live registrations)"
-                (total E.statBlockingPolls) (total E.statNonBlockingPolls)
-                (total E.statArms) (total E.statWakeups) (sum (map E.statLiveRegistrations stats)))
+  stats1 <- managerTotals
+  let per i = fromIntegral (stats1 !! i - stats0 !! i) / waits :: Double
+      extra | arm == GhcArm = ""
+            | otherwise = printf "(per wait: %.2f blocking polls, %.2f polls, %.2f arms, %.3f wakeups; %d live registrations)"
+                            (per 0) (per 1) (per 2) (per 3) (stats1 !! 4)
   putStrLn (intercalate " " ["result", show (waits / secs), show ((cpu1 - cpu0) / waits), extra])
 waitChild _ = hPutStrLn stderr "usage: weft-bench wait-child ARM ROUND_TRIPS" >> exitFailure
+
+-- | Blocking polls, non-blocking polls, arms, wakeups and live registrations,
+-- summed over weft's managers (all zero for the ghc arm, which starts none).
+managerTotals :: IO [Int]
+managerTotals = do
+  stats <- mapM E.getManagerStats =<< E.systemManagers
+  let total f = sum (map f stats)
+  return [ total E.statBlockingPolls, total E.statNonBlockingPolls, total E.statArms
+         , total E.statWakeups, total E.statLiveRegistrations ]
 
 -- | Thread A on capability 0 writes to pipe 1 and waits on pipe 2; thread B
 -- on the last capability waits on pipe 1 and answers on pipe 2.
@@ -178,3 +195,7 @@ foreign import ccall unsafe "unistd.h pipe2" c_pipe2 :: Ptr CInt -> CInt -> IO C
 
 peekCInt :: Ptr CInt -> Int -> IO CInt
 peekCInt = Foreign.Storable.peekElemOff
+
+prependArg :: String -> CmdSpec -> CmdSpec
+prependArg a (RawCommand exe args) = RawCommand exe (a : args)
+prependArg _ shell = shell

@@ -261,7 +261,7 @@ data Exit = Finish | HandOff
 
 dispatcher :: Manager -> IO ()
 dispatcher mgr = do
-  exit <- loop 0
+  exit <- loop eventsJustCame
   case exit of
     HandOff -> startDispatcher mgr
     Finish -> finish mgr
@@ -269,28 +269,33 @@ dispatcher mgr = do
     c = mgrCounters mgr
     backend = mgrBackend mgr
     handler = onEvent mgr
+    -- Counters only the dispatcher writes are bumped without a lock.
     pollNow = do
       n <- backendPoll backend NoWait handler
-      _ <- addCounter c cPolls 1
-      when (n > 0) $ void (addCounter c cEvents n)
+      bumpCounter c cPolls 1
+      bumpCounter c cEvents n
       return n
+    -- @lastEvent@ is when events last came, or 'eventsJustCame' if the
+    -- clock has not been read since: reading it only when the loop runs
+    -- dry keeps it off the path of a busy dispatcher.
     loop lastEvent = do
       halt <- stopped mgr
       if halt then return Finish else do
         runExpiredTimers mgr
         n <- pollNow
-        if n > 0 then yield >> getMonotonicTimeNSec >>= loop else do
+        if n > 0 then yield >> loop eventsJustCame else do
           yield
           n' <- pollNow
-          if n' > 0 then yield >> getMonotonicTimeNSec >>= loop else do
+          if n' > 0 then yield >> loop eventsJustCame else do
             now <- getMonotonicTimeNSec
             -- Note [Spinning before blocking]
-            if now - lastEvent < spinWindowNs then loop lastEvent else do
+            if lastEvent == eventsJustCame then loop now
+            else if now - lastEvent < spinWindowNs then loop lastEvent else do
               got <- blockingPoll
               placed <- onOwnCapability
               if not placed then return HandOff
-                else if got > 0 then getMonotonicTimeNSec >>= loop
-                else loop lastEvent
+                else loop (if got > 0 then eventsJustCame else lastEvent)
+    eventsJustCame = maxBound :: Word64
     blockingPoll = do
       writeCounter c cState sBlocking
       halt <- stopped mgr
@@ -299,8 +304,8 @@ dispatcher mgr = do
         trace "weft:poll:block"#
         n <- backendPoll backend timeout handler
         trace "weft:poll:woke"#
-        _ <- addCounter c cBlockingPolls 1
-        when (n > 0) $ void (addCounter c cEvents n)
+        bumpCounter c cBlockingPolls 1
+        bumpCounter c cEvents n
         return n
       writeCounter c cState sRunning
       return n
@@ -692,7 +697,7 @@ runExpiredTimers mgr = do
       when (first <= now) $ do
         expired <- atomicModifyIORef' (mgrTimers mgr) $ \q' ->
           let (xs, rest) = PSQ.atMostView now q' in (rest, xs)
-        _ <- addCounter (mgrCounters mgr) cTimersFired (length expired)
+        bumpCounter (mgrCounters mgr) cTimersFired (length expired)
         runCallbacks mgr [ fire a | (_, _, a) <- expired ]
   where
     fire (TimerCallback cb) = cb

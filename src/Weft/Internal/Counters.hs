@@ -9,6 +9,7 @@ module Weft.Internal.Counters
   , readCounter
   , casCounter
   , writeCounter
+  , bumpCounter
   ) where
 
 import GHC.Exts
@@ -51,3 +52,11 @@ casCounter (Counters arr) (I# i) (I# old) (I# new) = IO $ \s ->
   case casIntArray# arr i old new s of
     (# s1, prev #) -> (# s1, I# prev #)
 {-# INLINE casCounter #-}
+
+-- | Add to counter @i@ without a locked instruction. Only for counters that
+-- a single thread writes (readers may see a slightly old value).
+bumpCounter :: Counters -> Int -> Int -> IO ()
+bumpCounter (Counters arr) (I# i) (I# d) = IO $ \s ->
+  case readIntArray# arr i s of
+    (# s1, v #) -> (# writeIntArray# arr i (v +# d) s1, () #)
+{-# INLINE bumpCounter #-}
