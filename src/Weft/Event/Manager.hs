@@ -484,19 +484,9 @@ closedFdError loc = errnoToIOError loc eBADF Nothing Nothing
 -- wait and leave no registration behind.
 waitOn :: Manager -> Event -> Fd -> IO ()
 waitOn mgr ev fd = mask_ $ do
-  slot <- FT.lookupOrCreate (mgrTable mgr) (fdInt fd)
-  key <- nextKey mgr
-  st <- takeMVar (slotLock slot)
-  halt <- stopped mgr
-  when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError "threadWait")
-  cell <- chooseCell slot ev st
-  let st0 = addReg (Reg key ev OneShot (WakeCell cell)) st
-  (st1, others, fresh) <- syncArm mgr fd (Just key) st0
-  callbacks <- completeAll mgr others
-  adjustLive mgr st st1
-  putMVar (slotLock slot) st1
-  runCallbacks mgr callbacks
-  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
+  (slot, key, cell, fresh) <- register "threadWait" mgr fd ev OneShot $ \slot st _ -> do
+    cell <- chooseCell slot ev st
+    return (WakeCell cell, cell)
   case fresh of
     FreshReady -> return ()
     FreshFailed err -> throwIO (errnoToIOError "threadWait" err Nothing (Just (show fd)))
@@ -505,6 +495,28 @@ waitOn mgr ev fd = mask_ $ do
       when (got `eventIs` evtClose) $ do
         halt' <- stopped mgr
         throwIO (if halt' then managerStoppedError "threadWait" else closedFdError "threadWait")
+
+-- | Add a registration, whose target @makeTarget@ makes from the slot, its
+-- state and the key, and arm the fd. Runs masked. Throws an 'IOError' if
+-- the manager was shut down.
+register :: String -> Manager -> Fd -> Event -> Lifetime
+         -> (Slot -> SlotState Target -> Int -> IO (Target, a))
+         -> IO (Slot, Int, a, Fresh)
+register loc mgr fd ev lifetime makeTarget = do
+  slot <- FT.lookupOrCreate (mgrTable mgr) (fdInt fd)
+  key <- nextKey mgr
+  st <- takeMVar (slotLock slot)
+  halt <- stopped mgr
+  when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError loc)
+  (target, extra) <- makeTarget slot st key
+  (st1, others, fresh) <- syncArm mgr fd (Just key) (addReg (Reg key ev lifetime target) st)
+  callbacks <- completeAll mgr others
+  adjustLive mgr st st1
+  putMVar (slotLock slot) st1
+  runCallbacks mgr callbacks
+  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
+  return (slot, key, extra, fresh)
+{-# INLINE register #-}
 
 -- Note [Reusable wait cells]
 chooseCell :: Slot -> Event -> SlotState Target -> IO (MVar Event)
@@ -557,18 +569,8 @@ waitSTMOn mgr ev fd = do
 -- @EPERM@ for a regular file under epoll.
 registerFd :: Manager -> IOCallback -> Fd -> Event -> Lifetime -> IO FdKey
 registerFd mgr cb fd ev lifetime = mask_ $ do
-  slot <- FT.lookupOrCreate (mgrTable mgr) (fdInt fd)
-  key <- nextKey mgr
-  st <- takeMVar (slotLock slot)
-  halt <- stopped mgr
-  when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError "registerFd")
-  let st0 = addReg (Reg key ev lifetime (RunCallback (cb (FdKey fd key)))) st
-  (st1, others, fresh) <- syncArm mgr fd (Just key) st0
-  callbacks <- completeAll mgr others
-  adjustLive mgr st st1
-  putMVar (slotLock slot) st1
-  runCallbacks mgr callbacks
-  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
+  (_, key, (), fresh) <- register "registerFd" mgr fd ev lifetime $ \_ _ key ->
+    return (RunCallback (cb (FdKey fd key)), ())
   case fresh of
     FreshArmed -> return (FdKey fd key)
     FreshReady -> throwIO (errnoToIOError "registerFd (a regular file cannot be watched)"
