@@ -198,4 +198,4 @@ peekCInt = Foreign.Storable.peekElemOff
 
 prependArg :: String -> CmdSpec -> CmdSpec
 prependArg a (RawCommand exe args) = RawCommand exe (a : args)
-prependArg _ shell = shell
+prependArg _ other = other

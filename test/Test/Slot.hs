@@ -1,3 +1,4 @@
+{-# OPTIONS_GHC -Wno-orphans #-}
 -- | The slot state machine against a model: which registrations fire, what
 -- stays, and that the armed interest always covers what waiters need.
 module Test.Slot (spec) where

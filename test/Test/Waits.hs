@@ -160,9 +160,9 @@ spec kind = do
   describe "callbacks (Weft.Event)" $ do
     it "a throwing callback is counted and the dispatcher keeps serving" $ withPipe $ \(r, w) -> do
       mgr <- E.getSystemManager
-      before <- E.statCallbackErrors <$> E.getManagerStats mgr
+      errors0 <- E.statCallbackErrors <$> E.getManagerStats mgr
       _ <- E.registerFd mgr (\_ _ -> throwIO (userError "callback failure (expected by this test)")) w E.evtWrite E.OneShot
-      eventually "error counted" ((> before) . E.statCallbackErrors <$> E.getManagerStats mgr)
+      eventually "error counted" ((> errors0) . E.statCallbackErrors <$> E.getManagerStats mgr)
       (_, res) <- forkResult 0 (threadWaitRead r)
       writeByte w
       within 5 "wait after a throwing callback" (takeMVar res) >>= either throwIO return

@@ -55,7 +55,8 @@ newEPollBackend wkind = do
   r <- c_weft_epoll_ctl epfd #{const EPOLL_CTL_ADD} (wakeupReadFd wake) #{const EPOLLIN} wakeData
   when (r /= 0) $ ioError (userError "weft: cannot register the wakeup fd with epoll")
   buf <- mallocForeignPtrBytes (eventBufferSize * #{size struct epoll_event})
-  let poll timeout handler = withForeignPtr buf $ \p -> do
+  let poll :: PollTimeout -> EventHandler -> IO Int
+      poll timeout handler = withForeignPtr buf $ \p -> do
         n <- case timeout of
           NoWait       -> c_epoll_wait_unsafe epfd p (fromIntegral eventBufferSize) 0
           WaitMillis t -> c_epoll_wait epfd p (fromIntegral eventBufferSize) (fromIntegral t)
