@@ -89,14 +89,15 @@ pendingTimers = sum . map E.statPendingTimers <$> (mapM E.getManagerStats =<< E.
 openFdCount :: IO Int
 openFdCount = length <$> listDirectory "/proc/self/fd"
 
--- | Raise the soft fd limit to at least n (up to the hard limit).
+-- | Raise the soft fd limit to n; fail the test, saying why, if the hard
+-- limit is lower.
 raiseFdLimit :: Integer -> IO ()
 raiseFdLimit n = do
   lim <- getResourceLimit ResourceOpenFiles
-  let want = case hardLimit lim of
-        ResourceLimit h -> ResourceLimit (min n h)
-        _ -> ResourceLimit n
-  setResourceLimit ResourceOpenFiles lim { softLimit = want }
+  case hardLimit lim of
+    ResourceLimit h | h < n ->
+      expectationFailure ("this test needs " ++ show n ++ " fds; the hard limit (ulimit -Hn) is " ++ show h)
+    _ -> setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit n }
 
 -- | Fork an action on a capability; its outcome lands in the MVar.
 forkResult :: Int -> IO a -> IO (ThreadId, MVar (Either SomeException a))

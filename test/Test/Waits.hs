@@ -40,7 +40,7 @@ spec kind = do
         within 5 "cross-capability wakeup" (takeMVar res) >>= either throwIO (`shouldBe` Just 7)
 
     it "serve 5,000 concurrent waiters on their own pipes, leaving no registration" $ do
-      raiseFdLimit 20000
+      raiseFdLimit 10500
       base <- liveRegistrations
       pipes <- replicateM 5000 newPipe
       (do results <- forM (zip [0 ..] pipes) $ \(i, (r, _)) ->
