@@ -54,7 +54,7 @@ spec kind = do
 
     it "fail with an IOError for an fd that is not open" $ do
       res <- try (within 5 "invalid fd" (threadWaitRead (Fd 40000)))
-      isBadFd (res :: Either SomeException ()) `shouldBe` True
+      (res :: Either SomeException ()) `shouldSatisfy` isBadFd
 
     it "return at once for a regular file" $ do
       fd <- c_open "/proc/self/stat"
@@ -90,7 +90,7 @@ spec kind = do
       eventually "old waiter registered" ((>= 1) <$> liveRegistrations)
       closeFdWith (void . c_close') r
       void (c_close' w)
-      within 5 "old waiter" (takeMVar old) >>= (`shouldBe` True) . isBadFd
+      within 5 "old waiter" (takeMVar old) >>= (`shouldSatisfy` isBadFd)
       (r2, w2) <- newPipe
       r2 `shouldBe` r   -- the lowest free number comes back
       (_, new) <- forkResult 1 (threadWaitRead r2 >> readByte r2)
@@ -117,7 +117,7 @@ spec kind = do
       oldOut <- tryReadMVar old
       case oldOut of
         Nothing -> return ()
-        Just o -> isBadFd o `shouldBe` True
+        Just o -> o `shouldSatisfy` isBadFd
       closePipe (r2, w2)
 
   describe "async exceptions during a wait" $ do
@@ -201,7 +201,7 @@ spec kind = do
       (k, e) <- within 5 "one-shot callback" (takeMVar got)
       k `shouldBe` key
       E.keyFd k `shouldBe` w
-      (e `E.eventIs` E.evtWrite) `shouldBe` True
+      e `shouldSatisfy` (`E.eventIs` E.evtWrite)
       threadDelayGHC 10000
       isNothing <$> tryReadMVar got `shouldReturn` True
 

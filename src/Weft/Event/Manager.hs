@@ -64,7 +64,6 @@ module Weft.Event.Manager
   , managerCapability
   , managerBackendKind
   , shutdownManager
-  , isManagerRunning
   , wakeManager
     -- * Waiting and registering
   , IOCallback
@@ -87,7 +86,6 @@ module Weft.Event.Manager
     -- * Statistics
   , ManagerStats (..)
   , getManagerStats
-  , closedFdError
   ) where
 
 import Control.Concurrent
@@ -217,10 +215,6 @@ managerCapability = mgrCap
 -- | The backend the manager polls with.
 managerBackendKind :: Manager -> BackendKind
 managerBackendKind = backendKind . mgrBackend
-
--- | Whether the manager still accepts waits (it has not been shut down).
-isManagerRunning :: Manager -> IO Bool
-isManagerRunning mgr = (== 0) <$> readCounter (mgrCounters mgr) cStop
 
 -- | Stop the dispatcher and release the backend's fds. Pending waits and
 -- 'Weft.threadDelay's on this manager fail with an 'IOError'; pending
