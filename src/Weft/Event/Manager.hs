@@ -338,12 +338,11 @@ finish :: Manager -> IO ()
 finish mgr = do
   let c = mgrCounters mgr
   slots <- FT.elems (mgrTable mgr)
-  forM_ slots $ \(_, slot) -> do
+  forM_ slots $ \(fd, slot) -> do
     callbacks <- modifyMVarMasked (slotLock slot) $ \st -> do
       let (regs, st') = closeSlot st
-      cbs <- completeAll mgr [ (r, evtClose) | r <- regs ]
-      adjustLive mgr st st'
-      return (st', cbs)
+      (st'', cbs, _) <- settleSlot mgr (Fd (fromIntegral fd)) Nothing st [ (r, evtClose) | r <- regs ] st'
+      return (st'', cbs)
     runCallbacks mgr callbacks
   abortTimers mgr
   let settle = do
@@ -381,9 +380,7 @@ onEvent mgr fd tag ev = do
       st <- takeMVar (slotLock slot)
       if ssTag st /= tag then putMVar (slotLock slot) st else do
         let (fired, st1) = fireSlot ev st
-        (st2, failed, _) <- syncArm mgr fd Nothing st1
-        callbacks <- completeAll mgr (map (\r -> (r, ev)) fired ++ failed)
-        adjustLive mgr st st2
+        (st2, callbacks, _) <- settleSlot mgr fd Nothing st (map (\r -> (r, ev)) fired) st1
         putMVar (slotLock slot) st2
         runCallbacks mgr callbacks
 
@@ -427,6 +424,22 @@ syncArm mgr fd fresh st
     isFresh reg = Just (regKey reg) == fresh
     others = filter (not . isFresh) (ssRegs st)
     clear s = s { ssRegs = [], ssArmed = noInterest, ssKnown = False }
+
+-- | Finish a change made to a slot under its lock: arm the backend for the
+-- changed registrations, complete the given ones and those the arm failed,
+-- and count. @before@ is the state the lock was taken with. Returns the
+-- state to store, the callbacks to run once unlocked, and the fate of the
+-- registration being added, if any. A backend that only sees arms after a
+-- wakeup (poll) gets one here, whatever path armed.
+settleSlot :: Manager -> Fd -> Maybe Int -> SlotState Target
+           -> [(Reg Target, Event)] -> SlotState Target
+           -> IO (SlotState Target, [IO ()], Fresh)
+settleSlot mgr fd fresh before completed st = do
+  (st', failed, outcome) <- syncArm mgr fd fresh st
+  callbacks <- completeAll mgr (completed ++ failed)
+  adjustLive mgr before st'
+  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
+  return (st', callbacks, outcome)
 
 -- | Complete registrations: fill wait cells now (the caller holds the slot
 -- lock, Note [Reusable wait cells]) and return the callbacks to run after
@@ -503,12 +516,9 @@ register loc mgr fd ev lifetime makeTarget = do
   halt <- stopped mgr
   when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError loc)
   (target, extra) <- makeTarget slot st key
-  (st1, others, fresh) <- syncArm mgr fd (Just key) (addReg (Reg key ev lifetime target) st)
-  callbacks <- completeAll mgr others
-  adjustLive mgr st st1
+  (st1, callbacks, fresh) <- settleSlot mgr fd (Just key) st [] (addReg (Reg key ev lifetime target) st)
   putMVar (slotLock slot) st1
   runCallbacks mgr callbacks
-  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
   return (slot, key, extra, fresh)
 {-# INLINE register #-}
 
@@ -531,9 +541,7 @@ cancelWait mgr fd slot key cell = uninterruptibleMask_ $ do
   st <- takeMVar (slotLock slot)
   case removeReg key st of
     (Just _, st0) -> do
-      (st1, others, _) <- syncArm mgr fd Nothing st0 `onException` putMVar (slotLock slot) st
-      callbacks <- completeAll mgr others
-      adjustLive mgr st st1
+      (st1, callbacks, _) <- settleSlot mgr fd Nothing st [] st0 `onException` putMVar (slotLock slot) st
       putMVar (slotLock slot) st1
       runCallbacks mgr callbacks
     (Nothing, _) -> do
@@ -586,9 +594,7 @@ unregisterFd_ mgr (FdKey fd key) = mask_ $ do
         case removeReg key st of
           (Nothing, _) -> return (st, (False, []))
           (Just _, st0) -> do
-            (st1, others, _) <- syncArm mgr fd Nothing st0
-            cbs <- completeAll mgr others
-            adjustLive mgr st st1
+            (st1, cbs, _) <- settleSlot mgr fd Nothing st [] st0
             return (st1, (True, cbs))
       runCallbacks mgr callbacks
       return removed
@@ -605,9 +611,7 @@ closeFdOn mgrs close fd = mask_ $ do
   states <- lockAll slots
   -- If the close action throws, the fd stays open: re-arm what was removed.
   let restore = forM_ (zip slots states) $ \((m, s), st) -> do
-        (st', others, _) <- syncArm m fd Nothing st { ssArmed = noInterest, ssKnown = False }
-        cbs <- completeAll m others
-        adjustLive m st st'
+        (st', cbs, _) <- settleSlot m fd Nothing st [] st { ssArmed = noInterest, ssKnown = False }
         putMVar (slotLock s) st'
         runCallbacks m cbs
   (`onException` restore) $ do
@@ -617,9 +621,8 @@ closeFdOn mgrs close fd = mask_ $ do
     close fd
   callbacks <- forM (zip slots states) $ \((m, s), st) -> do
     let (regs, st') = closeSlot st
-    cbs <- completeAll m [ (r, evtClose) | r <- regs ]
-    adjustLive m st st'
-    putMVar (slotLock s) st'
+    (st'', cbs, _) <- settleSlot m fd Nothing st [ (r, evtClose) | r <- regs ] st'
+    putMVar (slotLock s) st''
     return (m, cbs)
   mapM_ (uncurry runCallbacks) callbacks
   where
