@@ -10,6 +10,7 @@ import Test.Hspec
 
 import qualified Test.FdTable
 import qualified Test.Lifecycle
+import qualified Test.Net
 import qualified Test.Slot
 import qualified Test.Timers
 import qualified Test.Waits
@@ -30,3 +31,4 @@ main = do
           Test.Waits.spec kind
           Test.Timers.spec
           Test.Lifecycle.spec kind
+          Test.Net.spec kind

@@ -11,6 +11,7 @@ module Support
   , liveRegistrations
   , pendingTimers
   , openFdCount
+  , startManagers
   , raiseFdLimit
   , forkResult
   , isBadFd
@@ -85,6 +86,16 @@ liveRegistrations = sum . map E.statLiveRegistrations <$> (mapM E.getManagerStat
 
 pendingTimers :: IO Int
 pendingTimers = sum . map E.statPendingTimers <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+-- | Start the system manager of every capability, so that fd counts taken
+-- afterwards do not see managers starting.
+startManagers :: IO ()
+startManagers = do
+  n <- getNumCapabilities
+  forM_ [0 .. n - 1] $ \cap -> do
+    done <- newEmptyMVar
+    _ <- forkOn cap (E.getSystemManager >>= putMVar done)
+    void (takeMVar done)
 
 openFdCount :: IO Int
 openFdCount = length <$> listDirectory "/proc/self/fd"

@@ -133,6 +133,11 @@ data Backend = Backend
     -- on @fd@, reporting @tag@ with it. @known@ says whether weft believes the
     -- fd is already registered. A one-shot interest is disarmed by the first
     -- report of it; 'noInterest' disarms.
+  , backendWatch :: !(Maybe (Fd -> Word32 -> IO (Maybe Errno)))
+    -- ^ @backendWatch fd tag@ registers the fd once, edge-triggered, for
+    -- reads and writes, reporting @tag@ with every event; 'Nothing' on
+    -- success. Backends without edge-triggered readiness (poll) have none.
+    -- Note [Edge-triggered watches] in "Weft.Event.Manager".
   , backendForget :: !(Fd -> IO ())
     -- ^ Drop the fd from the interest set, ignoring errors (it may be gone).
   , backendWake :: !(IO ())

@@ -74,6 +74,13 @@ module Weft.Event.Manager
   , unregisterFd
   , unregisterFd_
   , closeFdOn
+    -- * Edge-triggered watches
+  , Watch
+  , watchedFd
+  , watchFd
+  , awaitReadable
+  , awaitWritable
+  , unwatchFd
     -- * Timers
   , TimeoutKey
   , TimeoutCallback
@@ -94,7 +101,8 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import qualified Data.IntPSQ as PSQ
-import Data.Word (Word64)
+import Data.Bits ((.&.), (.|.))
+import Data.Word (Word32, Word64)
 import Foreign.C.Error (Errno, eBADF, ePERM, errnoToIOError)
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Conc (labelThread)
@@ -154,6 +162,7 @@ data Manager = Manager
   , mgrCap      :: {-# UNPACK #-} !Int
   , mgrBackend  :: !Backend
   , mgrTable    :: !(FT.FdTable Slot)
+  , mgrWatches  :: !(FT.FdTable (IORef (Maybe Watch)))
   , mgrCounters :: !Counters
   , mgrTimers   :: !(IORef TimerQueue)
   , mgrFinished :: !(MVar ())
@@ -172,10 +181,10 @@ instance Ord TimeoutKey where
 
 -- Counter indices.
 cState, cStop, cKeys, cInflight, cBlockingPolls, cPolls, cEvents, cWakeups,
-  cLive, cCallbackErrors, cArms, cTimersFired, nCounters :: Int
+  cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cWatchTags, nCounters :: Int
 cState = 0; cStop = 1; cKeys = 2; cInflight = 3; cBlockingPolls = 4
 cPolls = 5; cEvents = 6; cWakeups = 7; cLive = 8; cCallbackErrors = 9
-cArms = 10; cTimersFired = 11; nCounters = 12
+cArms = 10; cTimersFired = 11; cWatches = 12; cWatchTags = 13; nCounters = 14
 
 -- Dispatcher states, Note [Dispatcher states].
 sRunning, sBlocking, sWoken, sFinished :: Int
@@ -196,10 +205,11 @@ newManager kind cap = do
   backend <- newBackend kind
   ident <- addCounter managerIds 0 1
   table <- FT.new $ \_ -> Slot <$> newMVar emptySlotState <*> newEmptyMVar <*> newEmptyMVar
+  watches <- FT.new $ \_ -> newIORef Nothing
   counters <- newCounters nCounters
   timers <- newIORef PSQ.empty
   finished <- newEmptyMVar
-  let mgr = Manager ident cap backend table counters timers finished
+  let mgr = Manager ident cap backend table watches counters timers finished
   startDispatcher mgr
   return mgr
 
@@ -344,6 +354,12 @@ finish mgr = do
       (st'', cbs, _) <- settleSlot mgr (Fd (fromIntegral fd)) Nothing st [ (r, evtClose) | r <- regs ] st'
       return (st'', cbs)
     runCallbacks mgr callbacks
+  watches <- FT.elems (mgrWatches mgr)
+  forM_ watches $ \(_, ref) -> do
+    found <- atomicModifyIORef' ref (\w -> (Nothing, w))
+    forM_ found $ \w -> do
+      _ <- addCounter c cWatches (-1)
+      wakeWatchers w
   abortTimers mgr
   let settle = do
         _ <- casCounter c cState sRunning sFinished
@@ -368,9 +384,22 @@ pollTimeout mgr = do
         let ms = (deadline - now + 999999) `quot` 1000000
         return (WaitMillis (fromIntegral (min ms 0x7fffffff)))
 
--- | The backend's handler: apply one reported event to its slot.
+-- | The backend's handler: apply one reported event to its watch or slot.
 onEvent :: Manager -> EventHandler
-onEvent mgr fd tag ev = do
+onEvent mgr fd tag ev
+  | isWatchTag tag = do
+      found <- FT.lookup (mgrWatches mgr) (fdInt fd)
+      case found of
+        Nothing -> return ()
+        Just ref -> do
+          current <- readIORef ref
+          case current of
+            -- Note [Edge-triggered watches]: a tag of an ended watch is stale.
+            Just w | watchTag w == tag -> do
+              when (ev `eventIs` evtRead) $ void (tryPutMVar (watchReadable w) ())
+              when (ev `eventIs` evtWrite) $ void (tryPutMVar (watchWritable w) ())
+            _ -> return ()
+  | otherwise = do
   found <- FT.lookup (mgrTable mgr) (fdInt fd)
   case found of
     Nothing -> return ()
@@ -404,7 +433,7 @@ syncArm mgr fd fresh st
   | otherwise = do
       _ <- addCounter (mgrCounters mgr) cArms 1
       -- Note [Arm generations]
-      let st' = st { ssTag = ssTag st + 1 }
+      let st' = st { ssTag = nextSlotTag (ssTag st) }
       r <- backendArm (mgrBackend mgr) fd (ssTag st') want (ssKnown st')
       case r of
         Armed -> return (armedWith want st', [], FreshArmed)
@@ -615,9 +644,8 @@ closeFdOn mgrs close fd = mask_ $ do
         putMVar (slotLock s) st'
         runCallbacks m cbs
   (`onException` restore) $ do
-    forM_ (zip slots states) $ \((m, _), st) -> do
-      halt <- stopped m
-      when (ssKnown st && not halt) $ backendForget (mgrBackend m) fd
+    forM_ (zip slots states) $ \((m, _), st) ->
+      when (ssKnown st) $ withLiveBackend m (backendForget (mgrBackend m) fd)
     close fd
   callbacks <- forM (zip slots states) $ \((m, s), st) -> do
     let (regs, st') = closeSlot st
@@ -631,6 +659,137 @@ closeFdOn mgrs close fd = mask_ $ do
       st <- takeMVar (slotLock s)
       sts <- lockAll rest `onException` putMVar (slotLock s) st
       return (st : sts)
+
+------------------------------------------------------------------------------
+-- Edge-triggered watches
+
+-- Note [Edge-triggered watches]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A socket that weft owns ("Weft.Net") is registered once, edge-triggered,
+-- for reads and writes, and never re-armed: a wait costs no @epoll_ctl@.
+-- Each direction has a readiness token, an @MVar ()@. The dispatcher puts
+-- the token on every report (a no-op if it is already there); a thread whose
+-- syscall said @EAGAIN@ takes it, blocking if it is not there, and then
+-- retries the syscall. A token put before the take (data came between the
+-- @EAGAIN@ and the take) makes the take return at once, so no edge is lost.
+-- A token left over from an edge that a syscall already consumed costs one
+-- extra @EAGAIN@ and nothing else. The edge that an fd already ready at
+-- registration needs is given by @EPOLL_CTL_ADD@, which reports readiness
+-- at once.
+--
+-- Each watch has its own tag, with the top bit set (slot tags keep it
+-- clear, 'nextSlotTag'), carried in the event data. The dispatcher acts on
+-- an event only if the watch now stored for the fd has that tag, so an
+-- event harvested for a socket that was then closed, and whose fd number
+-- was reused by a new socket, never wakes the new socket's threads (Go's
+-- fdseq). Ending a watch puts both tokens, so blocked threads retry and
+-- find the socket closed; at shutdown they are woken too, and the await
+-- throws.
+
+-- | An fd registered once with a manager, edge-triggered for reads and
+-- writes (Note [Edge-triggered watches]).
+data Watch = Watch
+  { watchTag      :: {-# UNPACK #-} !Word32
+  , watchedFd     :: {-# UNPACK #-} !Fd
+    -- ^ The fd being watched.
+  , watchReadable :: !(MVar ())
+  , watchWritable :: !(MVar ())
+  , watchManager  :: !Manager
+  }
+
+isWatchTag :: Word32 -> Bool
+isWatchTag t = t >= 0x80000000
+{-# INLINE isWatchTag #-}
+
+-- | Register an fd with the manager, edge-triggered, once for its whole
+-- life, for use with 'awaitReadable' and 'awaitWritable'. Returns 'Nothing'
+-- if the backend has no edge-triggered readiness (poll): use 'waitOn' then.
+-- Throws an 'IOError' if the fd cannot be watched (@EBADF@; @EPERM@ for a
+-- regular file; @EEXIST@ if it is already in the manager's interest set) or
+-- the manager was shut down. The fd must not also be given to 'waitOn' or
+-- 'registerFd' on the same manager, and must be unwatched with 'unwatchFd'
+-- before it is closed.
+watchFd :: Manager -> Fd -> IO (Maybe Watch)
+watchFd mgr fd = case backendWatch (mgrBackend mgr) of
+  Nothing -> return Nothing
+  Just add -> mask_ $ do
+    ref <- FT.lookupOrCreate (mgrWatches mgr) (fdInt fd)
+    n <- addCounter (mgrCounters mgr) cWatchTags 1
+    -- Top bit set; 0xffffffff stays free for the epoll wakeup fd.
+    let tag = 0x80000000 .|. (fromIntegral n .&. 0x7ffffffe)
+    w <- Watch tag fd <$> newEmptyMVar <*> newEmptyMVar <*> pure mgr
+    -- Published before the add, so the first report finds it.
+    atomicWriteIORef ref (Just w)
+    failed <- add fd tag
+    case failed of
+      Just err -> do
+        atomicWriteIORef ref Nothing
+        throwIO (errnoToIOError "weft: watchFd" err Nothing (Just (show fd)))
+      Nothing -> do
+        _ <- addCounter (mgrCounters mgr) cWatches 1
+        -- Checked after publishing: a shutdown that began before has set
+        -- the stop flag, and one that begins after will end this watch.
+        halt <- stopped mgr
+        when halt $ do
+          unwatchFd w
+          throwIO (managerStoppedError "watchFd")
+        return (Just w)
+
+-- | Block until the watched fd may have become readable since the last
+-- 'awaitReadable' returned, or the watch ended: then retry the syscall that
+-- said @EAGAIN@. Returns at once if that happened meanwhile. Throws an
+-- 'IOError' if the manager was shut down. Async exceptions interrupt it and
+-- leave nothing behind.
+awaitReadable :: Watch -> IO ()
+awaitReadable w = awaitToken w (watchReadable w)
+{-# INLINE awaitReadable #-}
+
+-- | 'awaitReadable' for writability.
+awaitWritable :: Watch -> IO ()
+awaitWritable w = awaitToken w (watchWritable w)
+{-# INLINE awaitWritable #-}
+
+awaitToken :: Watch -> MVar () -> IO ()
+awaitToken w token = do
+  takeMVar token
+  halt <- stopped (watchManager w)
+  when halt $ do
+    -- Leave the token for the other waiters, who must fail too.
+    _ <- tryPutMVar token ()
+    throwIO (managerStoppedError "await")
+{-# INLINE awaitToken #-}
+
+-- | End a watch: drop the fd from the interest set and wake the threads
+-- blocked on it, whose awaits return. Idempotent. Call it before closing
+-- the fd.
+unwatchFd :: Watch -> IO ()
+unwatchFd w = mask_ $ do
+  let mgr = watchManager w
+  found <- FT.lookup (mgrWatches mgr) (fdInt (watchedFd w))
+  ended <- case found of
+    Nothing -> return False
+    Just ref -> atomicModifyIORef' ref $ \cur -> case cur of
+      Just v | watchTag v == watchTag w -> (Nothing, True)
+      _ -> (cur, False)
+  when ended $ do
+    withLiveBackend mgr (backendForget (mgrBackend mgr) (watchedFd w))
+    void (addCounter (mgrCounters mgr) cWatches (-1))
+  wakeWatchers w
+
+wakeWatchers :: Watch -> IO ()
+wakeWatchers w = do
+  _ <- tryPutMVar (watchReadable w) ()
+  void (tryPutMVar (watchWritable w) ())
+
+-- | Run an operation on the backend unless it was released, and keep it
+-- from being released meanwhile (the in-flight count of Note [Dispatcher
+-- states]).
+withLiveBackend :: Manager -> IO () -> IO ()
+withLiveBackend mgr act = do
+  let c = mgrCounters mgr
+  _ <- addCounter c cInflight 1
+  s <- readCounter c cState
+  (unless (s == sFinished) act) `finally` addCounter c cInflight (-1)
 
 ------------------------------------------------------------------------------
 -- Timers
@@ -741,6 +900,7 @@ data ManagerStats = ManagerStats
   , statArms              :: !Int -- ^ backend arm calls (@epoll_ctl@ for epoll)
   , statTimersFired       :: !Int -- ^ timers that expired
   , statPendingTimers     :: !Int -- ^ timers pending now
+  , statWatches           :: !Int -- ^ edge-triggered watches ('watchFd') live now
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -750,7 +910,7 @@ getManagerStats mgr = do
   pending <- PSQ.size <$> readIORef (mgrTimers mgr)
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> r cTimersFired
-               <*> pure pending
+               <*> pure pending <*> r cWatches
 
 ------------------------------------------------------------------------------
 -- Eventlog

@@ -13,8 +13,10 @@ module Weft.Event.Slot
   , needsArm
   , armedWith
   , closeSlot
+  , nextSlotTag
   ) where
 
+import Data.Bits ((.&.))
 import Data.Word (Word32)
 
 import Weft.Event.Internal
@@ -97,4 +99,11 @@ armedWith i st =
 -- | Forget everything about the fd (it is being closed): return every
 -- registration, and bump the generation.
 closeSlot :: SlotState t -> ([Reg t], SlotState t)
-closeSlot st = (ssRegs st, SlotState [] noInterest False (ssTag st + 1))
+closeSlot st = (ssRegs st, SlotState [] noInterest False (nextSlotTag (ssTag st)))
+
+-- | The tag after this one. Slot tags keep the top bit clear: tags with it
+-- set name edge-triggered watches (Note [Edge-triggered watches] in
+-- "Weft.Event.Manager").
+nextSlotTag :: Word32 -> Word32
+nextSlotTag t = (t + 1) .&. 0x7fffffff
+{-# INLINE nextSlotTag #-}

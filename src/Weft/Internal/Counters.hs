@@ -3,7 +3,7 @@
 -- atomically. Used for the manager statistics and key supplies: bumping one
 -- costs one locked add and allocates nothing.
 module Weft.Internal.Counters
-  ( Counters
+  ( Counters (..)
   , newCounters
   , addCounter
   , readCounter

@@ -84,6 +84,10 @@ newEPollBackend wkind = do
     { backendKind = EPollBackend
     , backendPoll = poll
     , backendArm = arm epfd
+    , backendWatch = Just $ \fd tag -> do
+        let flags = #{const EPOLLIN} .|. #{const EPOLLOUT} .|. #{const EPOLLRDHUP} .|. #{const EPOLLET}
+        rc <- c_weft_epoll_ctl epfd #{const EPOLL_CTL_ADD} fd flags (eventData fd tag)
+        return (if rc == 0 then Nothing else Just (Errno (negate rc)))
     , backendForget = \fd -> () <$ c_weft_epoll_ctl epfd #{const EPOLL_CTL_DEL} fd 0 0
     , backendWake = signalWakeup wake
     , backendWakeOnArm = False
@@ -95,7 +99,7 @@ newEPollBackend wkind = do
 
 -- | See Note [Arming with a known flag].
 arm :: CInt -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
-arm epfd fd@(Fd rawFd) tag (Interest ev persistent) known
+arm epfd fd tag (Interest ev persistent) known
   | ev == evtNothing =
       -- Disarm: a one-shot watch of nothing stays in the set, quiet.
       if known then ctl #{const EPOLL_CTL_MOD} >> return Armed else return Armed
@@ -115,11 +119,14 @@ arm epfd fd@(Fd rawFd) tag (Interest ev persistent) known
       else return (failure r)
   where
     flags = toEPoll ev .|. (if persistent then 0 else #{const EPOLLONESHOT})
-    dat = (fromIntegral tag `shiftL` 32) .|. fromIntegral (fromIntegral rawFd :: Word32)
-    ctl op = c_weft_epoll_ctl epfd op fd flags dat
+    ctl op = c_weft_epoll_ctl epfd op fd flags (eventData fd tag)
     failure r
       | Errno (negate r) == ePERM = ArmUnsupported
       | otherwise = ArmFailed (Errno (negate r))
+
+-- | An event's data: the tag in the high 32 bits, the fd in the low ones.
+eventData :: Fd -> Word32 -> Word64
+eventData (Fd fd) tag = (fromIntegral tag `shiftL` 32) .|. fromIntegral (fromIntegral fd :: Word32)
 
 -- | The wakeup fd's event data: a tag no slot uses.
 wakeupData :: Fd -> Word64
@@ -132,7 +139,7 @@ toEPoll ev = (if ev `eventIs` evtRead then #{const EPOLLIN} else 0)
 -- | Errors and hang-ups wake readers and writers alike: their next syscall
 -- reports what happened.
 fromEPoll :: Word32 -> Event
-fromEPoll f = (if f .&. (#{const EPOLLIN} .|. errHup) /= 0 then evtRead else mempty)
+fromEPoll f = (if f .&. (#{const EPOLLIN} .|. #{const EPOLLRDHUP} .|. errHup) /= 0 then evtRead else mempty)
            <> (if f .&. (#{const EPOLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
   where errHup = #{const EPOLLERR} .|. #{const EPOLLHUP}
 

@@ -55,6 +55,7 @@ newPollBackend wkind = do
     { backendKind = PollBackend
     , backendPoll = pollOnce st wake
     , backendArm = arm st
+    , backendWatch = Nothing
     , backendForget = \(Fd fd) -> atomicModifyIORef' (psWatches st) (\m -> (IM.delete (fromIntegral fd) m, ()))
     , backendWake = signalWakeup wake
     , backendWakeOnArm = True

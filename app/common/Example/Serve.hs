@@ -1,0 +1,106 @@
+-- | What the example servers share: the @--manager weft|ghc@ choice, and
+-- one connection interface over both socket layers, so the same server
+-- code runs on weft ("Weft.Net") or on @network@ (GHC's own I/O manager).
+-- Both arms place connection threads on the capabilities round-robin, so
+-- they differ only in the I/O manager.
+module Example.Serve
+  ( ManagerChoice (..)
+  , Conn (..)
+  , serverMain
+  , runServer
+  ) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import qualified Data.ByteString as B
+import Data.IORef
+import GHC.IO.Exception (IOErrorType (..), IOException (..))
+import Network.Socket (SockAddr (..))
+import qualified Network.Socket as N
+import qualified Network.Socket.ByteString as NB
+import System.Environment (getArgs, getProgName)
+import System.Exit (exitFailure)
+import System.IO (hPutStrLn, stderr, hSetBuffering, BufferMode (..))
+
+import qualified Weft.Net as W
+
+-- | Which I/O manager serves the connections.
+data ManagerChoice = WeftManager | GhcManager
+  deriving (Eq, Show)
+
+-- | One connection, whichever layer it is on.
+data Conn = Conn
+  { connRecv     :: Int -> IO B.ByteString
+    -- ^ At most this many bytes; empty at end of stream.
+  , connSendAll  :: B.ByteString -> IO ()
+  , connSendMany :: [B.ByteString] -> IO ()
+  }
+
+-- | Parse @PORT ARGS... [--manager weft|ghc] [--idle-timeout SECONDS]@
+-- (the idle timeout, weft only, defaults to the given microseconds),
+-- give the positional arguments after the port to @setup@, and serve every
+-- connection with the handler it returns, on 0.0.0.0:PORT, for ever. A
+-- handler's exception closes its connection only.
+serverMain :: String -> Int -> Int -> ([String] -> Maybe (Conn -> IO ())) -> IO ()
+serverMain usage nArgs defaultIdle setup = do
+  hSetBuffering stderr LineBuffering
+  args <- getArgs
+  name <- getProgName
+  let die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\nusage: " ++ name ++ " " ++ usage) >> exitFailure
+  case parse args of
+    Left msg -> die msg
+    Right (port : rest, choice, idle)
+      | [(p, "")] <- reads port, length rest == nArgs, Just handler <- setup rest -> do
+          hPutStrLn stderr (name ++ ": serving on port " ++ show (p :: Int) ++ " with the "
+                            ++ (if choice == WeftManager then "weft" else "ghc") ++ " manager")
+          runServer choice idle (SockAddrInet (fromIntegral p) 0) (\_ -> return ()) handler
+    Right _ -> die "bad arguments"
+  where
+    parse = go [] WeftManager defaultIdle
+    go pos m idle [] = Right (reverse pos, m, idle)
+    go pos _ idle ("--manager" : "weft" : rest) = go pos WeftManager idle rest
+    go pos _ idle ("--manager" : "ghc" : rest) = go pos GhcManager idle rest
+    go _ _ _ ("--manager" : other) = Left ("unknown manager " ++ unwords (take 1 other))
+    go pos m _ ("--idle-timeout" : secs : rest)
+      | [(s, "")] <- reads secs, s >= (0 :: Double) = go pos m (round (s * 1e6)) rest
+    go _ _ _ (opt@('-' : '-' : _) : _) = Left ("unknown option " ++ opt)
+    go pos m idle (a : rest) = go (a : pos) m idle rest
+
+-- | Serve on the address with the chosen manager until this thread is
+-- killed (the listener is closed then). @ready@ gets the bound address
+-- (useful with port 0). @idle@ is the weft arm's idle timeout in
+-- microseconds (0: none).
+runServer :: ManagerChoice -> Int -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
+runServer WeftManager idle addr ready handler = serveWeft idle addr ready handler
+runServer GhcManager _ addr ready handler = serveGhc addr ready handler
+
+serveWeft :: Int -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
+serveWeft idle addr ready handler =
+  W.serve W.defaultServerConfig { W.serverIdleTimeout = idle, W.serverOnReady = ready } addr $ \s _ ->
+    handler Conn { connRecv = W.recv s, connSendAll = W.sendAll s, connSendMany = W.sendMany s }
+
+-- | The baseline: @network@'s calls, which wait in GHC's manager.
+serveGhc :: SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
+serveGhc addr ready handler = bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \l -> do
+  N.setSocketOption l N.ReuseAddr 1
+  N.bind l addr
+  N.listen l 4096
+  ready =<< N.getSocketName l
+  caps <- getNumCapabilities
+  next <- newIORef (0 :: Int)
+  forever $ do
+    accepted <- try (N.accept l)
+    case accepted of
+      Left e | ioe_type e == ResourceExhausted -> threadDelay 10000
+             | otherwise -> hPutStrLn stderr ("accept: " ++ show e)
+      Right (s, _) -> do
+        cap <- atomicModifyIORef' next (\i -> ((i + 1) `rem` caps, i))
+        let conn = Conn { connRecv = NB.recv s, connSendAll = NB.sendAll s
+                        , connSendMany = NB.sendMany s }
+        void $ mask_ $ forkOnWithUnmask cap $ \unmask -> unmask (do
+          N.setSocketOption s N.NoDelay 1 `catch` \e -> const (return ()) (e :: IOException)
+          handler conn) `catch` quiet `finally` N.close s
+  where
+    quiet :: SomeException -> IO ()
+    quiet _ = return ()

@@ -1,0 +1,8 @@
+-- | An echo server with the I/O manager chosen on the command line.
+module Main (main) where
+
+import Example.Serve
+import Example.Servers
+
+main :: IO ()
+main = serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS]" 0 0 (\_ -> Just echoServer)

@@ -1,0 +1,182 @@
+/* Socket syscalls for Weft.Net.
+ *
+ * Every call on an open socket goes through a guard block that the Haskell
+ * side owns (a Weft.Internal.Counters array, passed to these unsafe calls
+ * as a MutableByteArray#). Slot 0 counts syscalls in flight (2 each) and has
+ * bit 0 set once the socket is closing; close waits for the count to drain
+ * before it closes the fd, so no syscall here can ever hit a reused fd
+ * number (Note [Socket close and fd reuse] in Weft.Net.Socket). Doing the
+ * guard here, inside one unsafe call, keeps async exceptions out of the
+ * window between taking the guard and releasing it.
+ *
+ * All functions return a non-negative result, or -errno.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+enum { G_USE = 0, G_ACTIVITY = 1, G_TRACK = 2 };
+
+static inline int enter(int64_t *g)
+{
+    int64_t prev = __atomic_fetch_add(&g[G_USE], 2, __ATOMIC_ACQ_REL);
+    if (prev & 1) {
+        __atomic_fetch_sub(&g[G_USE], 2, __ATOMIC_RELEASE);
+        return 0;
+    }
+    return 1;
+}
+
+/* Progress (a positive result) is stamped for the idle timeout, if one is
+ * set: one vDSO clock read, only for sockets that track idleness. */
+static inline void leave(int64_t *g, long r)
+{
+    if (r > 0 && __atomic_load_n(&g[G_TRACK], __ATOMIC_RELAXED)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        __atomic_store_n(&g[G_ACTIVITY], (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
+                         __ATOMIC_RELAXED);
+    }
+    __atomic_fetch_sub(&g[G_USE], 2, __ATOMIC_RELEASE);
+}
+
+#define GUARDED(g, call)                          \
+    do {                                          \
+        long r_;                                  \
+        if (!enter(g)) return -EBADF;             \
+        r_ = (long)(call);                        \
+        if (r_ < 0) r_ = -errno;                  \
+        leave(g, r_);                             \
+        return r_;                                \
+    } while (0)
+
+long weft_net_recv(int64_t *g, int fd, void *buf, size_t len)
+{
+    GUARDED(g, recv(fd, buf, len, 0));
+}
+
+long weft_net_send(int64_t *g, int fd, const void *buf, size_t len)
+{
+    GUARDED(g, send(fd, buf, len, MSG_NOSIGNAL));
+}
+
+/* A gather write; sendmsg rather than writev so that a closed peer gives
+ * EPIPE and never SIGPIPE. */
+long weft_net_sendv(int64_t *g, int fd, struct iovec *iov, int count)
+{
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = (size_t)count;
+    GUARDED(g, sendmsg(fd, &msg, MSG_NOSIGNAL));
+}
+
+long weft_net_accept(int64_t *g, int fd, struct sockaddr *addr, socklen_t *len)
+{
+    GUARDED(g, accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+}
+
+long weft_net_connect(int64_t *g, int fd, const struct sockaddr *addr, socklen_t len)
+{
+    GUARDED(g, connect(fd, addr, len));
+}
+
+long weft_net_shutdown(int64_t *g, int fd, int how)
+{
+    GUARDED(g, shutdown(fd, how));
+}
+
+long weft_net_sendto(int64_t *g, int fd, const void *buf, size_t len,
+                     const struct sockaddr *addr, socklen_t alen)
+{
+    GUARDED(g, sendto(fd, buf, len, MSG_NOSIGNAL, addr, alen));
+}
+
+long weft_net_recvfrom(int64_t *g, int fd, void *buf, size_t len,
+                       struct sockaddr *addr, socklen_t *alen)
+{
+    GUARDED(g, recvfrom(fd, buf, len, 0, addr, alen));
+}
+
+/* Receive up to count datagrams with one recvmmsg. Datagram i goes to
+ * bufs + i * size; its length to lens[i]; its source to
+ * addrs + i * sizeof(struct sockaddr_storage). Returns how many came. */
+#define WEFT_MAX_BATCH 64
+long weft_net_recvmany(int64_t *g, int fd, char *bufs, int size, int count,
+                       int *lens, char *addrs)
+{
+    struct mmsghdr msgs[WEFT_MAX_BATCH];
+    struct iovec iovs[WEFT_MAX_BATCH];
+    long r;
+    int i;
+    if (count > WEFT_MAX_BATCH) count = WEFT_MAX_BATCH;
+    memset(msgs, 0, sizeof(struct mmsghdr) * (size_t)count);
+    for (i = 0; i < count; i++) {
+        iovs[i].iov_base = bufs + (size_t)i * (size_t)size;
+        iovs[i].iov_len = (size_t)size;
+        msgs[i].msg_hdr.msg_iov = &iovs[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+        msgs[i].msg_hdr.msg_name = addrs + (size_t)i * sizeof(struct sockaddr_storage);
+        msgs[i].msg_hdr.msg_namelen = sizeof(struct sockaddr_storage);
+    }
+    if (!enter(g)) return -EBADF;
+    r = recvmmsg(fd, msgs, (unsigned)count, 0, NULL);
+    if (r < 0) r = -errno;
+    leave(g, r);
+    for (i = 0; i < r; i++)
+        lens[i] = (int)msgs[i].msg_len;
+    return r;
+}
+
+/* Opening and setting up sockets: no guard, the socket is not shared yet. */
+
+long weft_net_socket(int family, int type)
+{
+    int fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+long weft_net_bind(int fd, const struct sockaddr *addr, socklen_t len, int reuseport)
+{
+    int one = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0) return -errno;
+    if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
+        return -errno;
+    return bind(fd, addr, len) < 0 ? -errno : 0;
+}
+
+long weft_net_listen(int fd, int backlog)
+{
+    return listen(fd, backlog) < 0 ? -errno : 0;
+}
+
+long weft_net_set_nodelay(int fd, int on)
+{
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on) < 0 ? -errno : 0;
+}
+
+/* The outcome of a non-blocking connect: 0, or the pending error. */
+long weft_net_socket_error(int fd)
+{
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0) return -errno;
+    return -err;
+}
+
+long weft_net_local_addr(int fd, struct sockaddr *addr, socklen_t *len)
+{
+    return getsockname(fd, addr, len) < 0 ? -errno : 0;
+}
+
+long weft_net_close(int fd)
+{
+    return close(fd) < 0 ? -errno : 0;
+}

@@ -1,0 +1,463 @@
+{-# LANGUAGE BangPatterns #-}
+-- | Sockets served by weft's managers: TCP and UDP with blocking-looking
+-- calls for thread-per-connection code, and a server loop.
+--
+-- A socket is registered with a manager once, edge-triggered, the first
+-- time one of its calls would block; after that a wait costs no
+-- @epoll_ctl@ (Note [Socket waits] in "Weft.Net.Socket"). Addresses are
+-- @network@'s 'SockAddr', and sockets convert to and from @network@'s
+-- 'N.Socket'.
+--
+-- Errors are 'IOError's with the errno: a peer that resets gives
+-- @ECONNRESET@ (type 'ResourceVanished'), writing to a closed peer gives
+-- @EPIPE@ (also 'ResourceVanished'); a peer's half-close is an end of
+-- stream ('recv' returns an empty string). Calls on a socket closed with
+-- 'close' fail with @EBADF@.
+module Weft.Net
+  ( -- * Sockets
+    Socket
+  , socketFd
+    -- * TCP
+  , ListenOptions (..)
+  , defaultListenOptions
+  , listen
+  , listenWith
+  , accept
+  , connect
+  , recv
+  , recvBuf
+  , send
+  , sendAll
+  , sendMany
+  , shutdownSend
+  , close
+  , localAddress
+  , setNoDelay
+    -- * Idle timeouts
+  , setIdleTimeout
+  , isIdleTimeoutError
+    -- * UDP
+  , bindUDP
+  , openUDP
+  , sendTo
+  , recvFrom
+  , recvFromMany
+    -- * Interop with network
+  , toNetworkSocket
+  , fromNetworkSocket
+    -- * Servers
+  , ServerConfig (..)
+  , defaultServerConfig
+  , serve
+  , acceptLoop
+  ) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
+import Data.IORef
+import Data.Word (Word8)
+import Foreign.C.Error
+import Foreign.C.Types
+import Foreign.ForeignPtr (touchForeignPtr, withForeignPtr)
+import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
+import Foreign.Marshal.Alloc (allocaBytes)
+import Foreign.Marshal.Utils (with)
+import Foreign.Ptr
+import Foreign.Storable
+import GHC.IO.Exception (IOException (..), IOErrorType (..))
+import Network.Socket (SockAddr (..))
+import qualified Network.Socket as N
+import Network.Socket.Address (SocketAddress (..))
+import System.IO (hPutStrLn, stderr)
+import System.Posix.Types (Fd (..))
+
+import qualified Weft
+import Weft.Net.Socket hiding (recvBuf)
+import qualified Weft.Net.Socket as S
+
+------------------------------------------------------------------------------
+-- Opening
+
+-- | How 'listenWith' sets up a listening socket.
+data ListenOptions = ListenOptions
+  { listenBacklog   :: !Int
+    -- ^ The kernel's accept queue length (capped by @somaxconn@).
+  , listenReusePort :: !Bool
+    -- ^ Set @SO_REUSEPORT@, so several sockets can listen on one port and
+    -- the kernel spreads connections over them.
+  } deriving (Eq, Show)
+
+-- | A backlog of 4096, no @SO_REUSEPORT@.
+defaultListenOptions :: ListenOptions
+defaultListenOptions = ListenOptions 4096 False
+
+-- | A TCP socket listening on the address (with @SO_REUSEADDR@). Port 0
+-- picks a free port ('localAddress' tells which). Throws an 'IOError' if
+-- the address cannot be bound.
+listen :: SockAddr -> IO Socket
+listen = listenWith defaultListenOptions
+
+-- | 'listen' with options.
+listenWith :: ListenOptions -> SockAddr -> IO Socket
+listenWith opts addr = openBound sockStream (listenReusePort opts) addr $ \fd ->
+  void (throwIfNegative "listen" (c_listen fd (fromIntegral (listenBacklog opts))))
+
+-- | A UDP socket bound to the address.
+bindUDP :: SockAddr -> IO Socket
+bindUDP addr = openBound sockDgram False addr (\_ -> return ())
+
+-- | An unbound UDP socket of the address's family, for 'sendTo'.
+openUDP :: SockAddr -> IO Socket
+openUDP addr = do
+  fd <- throwIfNegative "socket" (c_socket (familyOf addr) sockDgram)
+  newSocket (fromIntegral fd)
+
+openBound :: CInt -> Bool -> SockAddr -> (CInt -> IO ()) -> IO Socket
+openBound kind reusePort addr finish = do
+  raw <- throwIfNegative "socket" (c_socket (familyOf addr) kind)
+  let fd = fromIntegral raw
+  (`onException` c_close fd) $ do
+    withAddress addr $ \p len ->
+      void (throwIfNegative ("bind " ++ show addr) (c_bind fd p len (if reusePort then 1 else 0)))
+    finish fd
+    newSocket fd
+
+sockStream, sockDgram :: CInt
+sockStream = 1
+sockDgram = 2
+
+familyOf :: SockAddr -> CInt
+familyOf SockAddrInet {} = 2
+familyOf SockAddrInet6 {} = 10
+familyOf SockAddrUnix {} = 1
+
+withAddress :: SockAddr -> (Ptr () -> CInt -> IO a) -> IO a
+withAddress addr act = allocaBytes addressSpace $ \p -> do
+  pokeSocketAddress (castPtr p) addr
+  act p (fromIntegral (sizeOfSocketAddress addr))
+
+-- | Room for any socket address (@sizeof(struct sockaddr_storage)@).
+addressSpace :: Int
+addressSpace = 128
+
+-- | Accept a connection: a new socket and the peer's address. Blocks (in
+-- weft) until one comes. Throws an 'IOError' on failure, e.g. @EMFILE@ when
+-- the process is out of fds ('acceptLoop' rides that out).
+accept :: Socket -> IO (Socket, SockAddr)
+accept s = allocaBytes addressSpace $ \p -> with (fromIntegral addressSpace) $ \lenp -> do
+  let loop = do
+        r <- acceptRaw s p lenp
+        if r >= 0 then return r else retryOrThrow "accept" Reading s r loop
+  fd <- loop
+  (`onException` c_close (fromIntegral fd)) $ do
+    peer <- peekSocketAddress (castPtr p)
+    conn <- newSocket (fromIntegral fd)
+    return (conn, peer)
+
+-- | Connect a new TCP socket to the address, waiting (in weft) for the
+-- handshake. Throws an 'IOError' if it fails (e.g. @ECONNREFUSED@).
+connect :: SockAddr -> IO Socket
+connect addr = do
+  raw <- throwIfNegative "socket" (c_socket (familyOf addr) sockStream)
+  s <- newSocket (fromIntegral raw)
+  (`onException` close s) $ do
+    r <- withAddress addr (connectRaw s)
+    when (r < 0) $
+      if r == negate (errnoLong eINPROGRESS)
+        then do
+          waitReady Writing s
+          err <- c_socket_error (fromIntegral raw)
+          when (err < 0) $ socketError ("connect " ++ show addr) s err
+        else socketError ("connect " ++ show addr) s r
+    return s
+
+errnoLong :: Errno -> CLong
+errnoLong (Errno e) = fromIntegral e
+
+------------------------------------------------------------------------------
+-- Stream I/O
+
+-- | Receive at most the given number of bytes (which must be positive),
+-- blocking (in weft) until some come. An empty result means the peer shut
+-- its side down (end of stream). Throws an 'IOError' on a reset
+-- (@ECONNRESET@), on a closed socket (@EBADF@), or after an idle timeout.
+recv :: Socket -> Int -> IO B.ByteString
+recv s n
+  | n <= 0 = throwIO (invalid "recv" "the byte count must be positive")
+  | otherwise = BI.createAndTrim n (\p -> recvBuf s p n)
+
+-- | 'recv' into a buffer: the number of bytes received (0 at end of
+-- stream).
+recvBuf :: Socket -> Ptr Word8 -> Int -> IO Int
+recvBuf s p n = loop
+  where
+    loop = do
+      r <- S.recvBuf s p n
+      if r > 0 then return (fromIntegral r)
+      else if r == 0 then endOfStream else retryOrThrow "recv" Reading s r loop
+    -- An end of stream caused by an idle timeout is reported as such.
+    endOfStream = socketError "recv" s 0 `catch` \e ->
+      if isIdleTimeoutError e then throwIO e else return 0
+
+-- | Send some of the bytes, blocking (in weft) until the socket takes at
+-- least one; returns how many it took. Throws an 'IOError' if the peer is
+-- gone (@EPIPE@, @ECONNRESET@), the socket is closed, or timed out.
+send :: Socket -> B.ByteString -> IO Int
+send s bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> sendSome s (castPtr p) n
+
+sendSome :: Socket -> Ptr Word8 -> Int -> IO Int
+sendSome s p n = loop
+  where
+    loop = do
+      r <- sendBuf s p n
+      if r >= 0 then return (fromIntegral r) else retryOrThrow "send" Writing s r loop
+
+-- | Send all the bytes; as 'send' otherwise.
+sendAll :: Socket -> B.ByteString -> IO ()
+sendAll s bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> go (castPtr p) n
+  where
+    go !p !n = when (n > 0) $ do
+      k <- sendSome s p n
+      go (p `plusPtr` k) (n - k)
+
+-- | Send all the strings with gather writes (@sendmsg@, no copying into
+-- one buffer); as 'sendAll' otherwise.
+sendMany :: Socket -> [B.ByteString] -> IO ()
+sendMany s chunks = case filter (not . B.null) chunks of
+  [] -> return ()
+  [one] -> sendAll s one
+  many -> go many
+  where
+    go [] = return ()
+    go bss = do
+      let batch = take maxIov bss
+          count = length batch
+      sent <- allocaBytes (count * iovSize) $ \iov -> do
+        forM_ (zip [0 ..] batch) $ \(i, BI.PS fp off len) -> do
+          let entry = iov `plusPtr` (i * iovSize)
+          pokeByteOff entry 0 (unsafeForeignPtrToPtr fp `plusPtr` off)
+          pokeByteOff entry 8 (fromIntegral len :: CSize)
+        let loop = do
+              r <- sendVector s iov count
+              if r >= 0 then return (fromIntegral r) else retryOrThrow "sendMany" Writing s r loop
+        r <- loop
+        mapM_ (\(BI.PS fp _ _) -> touchForeignPtr fp) batch
+        return r
+      go (dropBytes sent bss)
+    dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
+    dropBytes _ [] = []
+    dropBytes k (b : bs)
+      | k >= B.length b = dropBytes (k - B.length b) bs
+      | otherwise = B.drop k b : bs
+    iovSize = 16
+    maxIov = 1024
+
+-- | Shut the sending side down (a half-close): the peer sees an end of
+-- stream; receiving still works.
+shutdownSend :: Socket -> IO ()
+shutdownSend s = do
+  r <- shutdownRaw s 1 -- SHUT_WR
+  when (r < 0) $ socketError "shutdown" s r
+
+-- | The address the socket is bound to.
+localAddress :: Socket -> IO SockAddr
+localAddress s = allocaBytes addressSpace $ \p -> with (fromIntegral addressSpace) $ \lenp -> do
+  let Fd fd = socketFd s
+  _ <- throwIfNegative "getsockname" (c_local_addr fd p lenp)
+  peekSocketAddress (castPtr p)
+
+-- | Turn Nagle's algorithm off ('True') or on.
+setNoDelay :: Socket -> Bool -> IO ()
+setNoDelay s on = do
+  let Fd fd = socketFd s
+  void (throwIfNegative "setsockopt TCP_NODELAY" (c_set_nodelay fd (if on then 1 else 0)))
+
+invalid :: String -> String -> IOException
+invalid loc why = IOError Nothing InvalidArgument ("weft: " ++ loc) why Nothing Nothing
+
+------------------------------------------------------------------------------
+-- UDP
+
+-- | Send one datagram; returns the bytes sent.
+sendTo :: Socket -> B.ByteString -> SockAddr -> IO Int
+sendTo s bs addr = BU.unsafeUseAsCStringLen bs $ \(p, n) -> withAddress addr $ \addrp alen -> do
+  let loop = do
+        r <- sendToRaw s (castPtr p) n addrp alen
+        if r >= 0 then return (fromIntegral r) else retryOrThrow "sendTo" Writing s r loop
+  loop
+
+-- | Receive one datagram of at most the given size (longer ones are
+-- truncated), with its source.
+recvFrom :: Socket -> Int -> IO (B.ByteString, SockAddr)
+recvFrom s n
+  | n <= 0 = throwIO (invalid "recvFrom" "the byte count must be positive")
+  | otherwise = allocaBytes addressSpace $ \addrp -> with (fromIntegral addressSpace) $ \lenp -> do
+      let loop p = do
+            r <- recvFromRaw s p n addrp lenp
+            if r >= 0 then return (fromIntegral r) else retryOrThrow "recvFrom" Reading s r (loop p)
+      bs <- BI.createAndTrim n loop
+      addr <- peekSocketAddress (castPtr addrp)
+      return (bs, addr)
+
+-- | Receive up to @count@ datagrams (at most 64) of at most @size@ bytes
+-- each with one @recvmmsg@, blocking until at least one is there. The
+-- strings share one buffer.
+recvFromMany :: Socket -> Int -> Int -> IO [(B.ByteString, SockAddr)]
+recvFromMany s count0 size
+  | count0 <= 0 || size <= 0 = throwIO (invalid "recvFromMany" "the count and size must be positive")
+  | otherwise = do
+      let count = min 64 count0
+      buf <- BI.mallocByteString (count * size)
+      allocaBytes (count * 4) $ \lens -> allocaBytes (count * addressSpace) $ \addrs ->
+        withForeignPtr buf $ \p -> do
+          let loop = do
+                r <- recvManyRaw s p size count lens addrs
+                if r >= 0 then return (fromIntegral r) else retryOrThrow "recvFromMany" Reading s r loop
+          got <- loop
+          forM [0 .. got - 1] $ \i -> do
+            len <- peekElemOff lens i :: IO CInt
+            addr <- peekSocketAddress (castPtr (addrs `plusPtr` (i * addressSpace)))
+            return (BI.PS buf (i * size) (min size (fromIntegral len)), addr)
+
+------------------------------------------------------------------------------
+-- Interop
+
+-- | Hand the socket to @network@: weft stops using it (its calls on it fail
+-- as after 'close') and the returned 'N.Socket' owns the fd. Throws an
+-- 'IOError' if the socket was closed.
+toNetworkSocket :: Socket -> IO N.Socket
+toNetworkSocket s = do
+  fd <- detach s
+  case fd of
+    Nothing -> throwIO (invalid "toNetworkSocket" "the socket is closed")
+    Just raw -> N.mkSocket raw
+
+-- | Take a socket over from @network@, which gives it up (the 'N.Socket'
+-- is closed; weft owns a duplicate of its fd, set non-blocking).
+fromNetworkSocket :: N.Socket -> IO Socket
+fromNetworkSocket ns = do
+  raw <- N.socketToFd ns
+  N.setNonBlockIfNeeded raw
+  newSocket raw
+
+------------------------------------------------------------------------------
+-- Servers
+
+-- | How 'serve' runs.
+data ServerConfig = ServerConfig
+  { serverListen      :: !ListenOptions
+  , serverReusePort   :: !Bool
+    -- ^ One @SO_REUSEPORT@ listener and acceptor per capability, instead of
+    -- one acceptor for all (the default, which has no thundering herd).
+  , serverNoDelay     :: !Bool
+    -- ^ Set @TCP_NODELAY@ on accepted connections (default 'True').
+  , serverIdleTimeout :: !Int
+    -- ^ Per-connection idle timeout in microseconds ('setIdleTimeout');
+    -- 0 (the default) for none.
+  , serverOnReady     :: SockAddr -> IO ()
+    -- ^ Called with the bound address once listening.
+  , serverOnException :: SockAddr -> SomeException -> IO ()
+    -- ^ Called with what a connection's handler threw (its connection is
+    -- closed anyway). The default reports to stderr, except for the usual
+    -- end of a connection: a reset, a broken pipe, an idle timeout.
+  }
+
+-- | The defaults described at each field.
+defaultServerConfig :: ServerConfig
+defaultServerConfig = ServerConfig
+  { serverListen = defaultListenOptions
+  , serverReusePort = False
+  , serverNoDelay = True
+  , serverIdleTimeout = 0
+  , serverOnReady = \_ -> return ()
+  , serverOnException = reportUnusual
+  }
+
+reportUnusual :: SockAddr -> SomeException -> IO ()
+reportUnusual peer e = case fromException e of
+  Just io | ioe_type io `elem` [ResourceVanished, TimeExpired] -> return ()
+  _ -> case fromException e of
+    Just ThreadKilled -> return ()
+    _ -> hPutStrLn stderr ("weft: connection from " ++ show peer ++ ": " ++ show e)
+
+-- | Listen on the address and serve each connection on its own thread,
+-- with the peer's address, until this thread is killed (the listeners
+-- close then; connections already being served carry on). The connection
+-- is closed when its handler returns or throws; what it throws goes to
+-- 'serverOnException' and never stops the server. Handler threads are
+-- placed on the capabilities round-robin (with 'serverReusePort', on their
+-- acceptor's capability). Accepting rides out fd exhaustion
+-- ('acceptLoop'). Throws an 'IOError' if the address cannot be bound.
+serve :: ServerConfig -> SockAddr -> (Socket -> SockAddr -> IO ()) -> IO ()
+serve cfg addr handler = do
+  caps <- getNumCapabilities
+  if serverReusePort cfg
+    then do
+      let opts = (serverListen cfg) { listenReusePort = True }
+      first <- listenWith opts addr
+      -- Port 0: the other listeners must join the port the first one got.
+      bound <- localAddress first `onException` close first
+      rest <- replicateM (caps - 1) (listenWith opts bound) `onException` close first
+      let listeners = first : rest
+      (`finally` mapM_ close listeners) $ do
+        serverOnReady cfg bound
+        done <- newEmptyMVar
+        acceptors <- forM (zip [0 ..] listeners) $ \(cap, l) ->
+          forkOn cap (acceptLoop l (spawn (return cap)) `finally` putMVar done ())
+        -- Returns when an acceptor fails, or this thread is killed.
+        takeMVar done `finally` mapM_ killThread acceptors
+    else bracket (listenWith (serverListen cfg) addr) close $ \l -> do
+      serverOnReady cfg =<< localAddress l
+      next <- newIORef (0 :: Int)
+      let roundRobin = do
+            i <- readIORef next
+            writeIORef next ((i + 1) `rem` caps)
+            return i
+      acceptLoop l (spawn roundRobin)
+  where
+    spawn pick (conn, peer) = do
+      cap <- pick
+      void $ mask_ $ forkOnWithUnmask cap $ \unmask ->
+        unmask (setUp conn >> handler conn peer)
+          `catch` (\e -> serverOnException cfg peer e `catch` ignore)
+          `finally` close conn
+    setUp conn = do
+      when (serverNoDelay cfg) $ setNoDelay conn True `catch` \e -> ignore (toException (e :: IOException))
+      when (serverIdleTimeout cfg > 0) $ setIdleTimeout conn (serverIdleTimeout cfg)
+    ignore :: SomeException -> IO ()
+    ignore _ = return ()
+
+-- | Accept connections for ever and hand each to the action (which should
+-- fork). Rides out fd exhaustion: on @EMFILE@, @ENFILE@, @ENOBUFS@ or
+-- @ENOMEM@ it reports once per burst on stderr, backs off (1 ms, doubling
+-- to 100 ms) and tries again, so connections already open keep being
+-- served and accepting resumes when fds free up. Connections that fail
+-- before they are accepted (@ECONNABORTED@, @EPROTO@, @EPERM@) are
+-- skipped. Other errors (the listener was closed) are thrown.
+acceptLoop :: Socket -> ((Socket, SockAddr) -> IO ()) -> IO ()
+acceptLoop l handOff = go Nothing
+  where
+    go backoff = do
+      r <- try (accept l)
+      case r of
+        Right conn -> do
+          when (backoff /= Nothing) $
+            hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed")
+          handOff conn
+          go Nothing
+        Left e
+          | errnoIs e exhaustion -> do
+              when (backoff == Nothing) $ hPutStrLn stderr
+                ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
+                 ++ "; pausing accepts, open connections are still served")
+              let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
+              Weft.threadDelay delay
+              go (Just delay)
+          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff
+          | otherwise -> throwIO e
+    exhaustion = [eMFILE, eNFILE, eNOBUFS, eNOMEM]
+    errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)

@@ -1,0 +1,377 @@
+{-# LANGUAGE BangPatterns, MagicHash, UnliftedFFITypes #-}
+-- | weft's socket: an fd, its close guard, and how its threads wait. The
+-- syscalls themselves are in @cbits/weft_net.c@.
+--
+-- Note [Socket waits]
+-- ~~~~~~~~~~~~~~~~~~~
+-- A socket is not watched until a syscall on it first says @EAGAIN@. Then
+-- it is registered once, edge-triggered, with the manager of the capability
+-- the thread runs on (Note [Edge-triggered watches] in
+-- "Weft.Event.Manager"); every later wait is a take of a readiness token,
+-- with no @epoll_ctl@. A socket that never has to wait is never registered.
+-- Under the poll backend, which has no edge-triggered readiness, waits are
+-- ordinary one-shot waits ('waitOn') on the caller's system manager.
+--
+-- Note [Socket close and fd reuse]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- Closing a socket while another thread uses it must never let that thread
+-- touch a reused fd number. Each socket has a guard word: every syscall adds
+-- 2 to it for its duration (inside one unsafe C call, so no async exception
+-- can split the pair), and 'close' sets bit 0, after which syscalls fail
+-- with @EBADF@ without touching the fd. 'close' then ends the watch, which
+-- wakes the blocked threads (their retried syscalls fail), waits for the
+-- syscalls in flight to finish (they never block: the fd is non-blocking),
+-- and only then closes the fd. A thread blocked in a wait holds no guard.
+module Weft.Net.Socket
+  ( Socket
+  , socketFd
+  , newSocket
+  , Direction (..)
+    -- * Guarded syscalls
+  , recvBuf
+  , sendBuf
+  , sendVector
+  , acceptRaw
+  , connectRaw
+  , shutdownRaw
+  , sendToRaw
+  , recvFromRaw
+  , recvManyRaw
+    -- * Waiting, errors
+  , waitReady
+  , retryOrThrow
+  , socketError
+  , isIdleTimeoutError
+    -- * Idle timeouts
+  , setIdleTimeout
+    -- * Closing
+  , close
+  , detach
+  , isClosed
+    -- * Unguarded set-up calls
+  , c_socket
+  , c_bind
+  , c_listen
+  , c_set_nodelay
+  , c_socket_error
+  , c_local_addr
+  , c_close
+  , throwIfNegative
+  ) where
+
+import Control.Concurrent (yield)
+import Control.Concurrent.MVar
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import Data.Word (Word8, Word64)
+import Foreign.C.Error
+import Foreign.C.Types
+import Foreign.Ptr (Ptr)
+import GHC.Clock (getMonotonicTimeNSec)
+import GHC.Exts (MutableByteArray#, RealWorld)
+import GHC.IO.Exception (IOException (..), IOErrorType (..))
+import System.Posix.Types (Fd (..))
+
+import Weft.Event.Internal (evtRead, evtWrite)
+import Weft.Event.Manager
+import Weft.Event.System (getSystemManager, systemManagers)
+import Weft.Internal.Counters
+
+-- | A socket owned by weft: TCP or UDP, always non-blocking. Use it from
+-- any number of threads; 'close' is safe at any time
+-- (Note [Socket close and fd reuse]).
+data Socket = Socket
+  { sockFd     :: {-# UNPACK #-} !CInt
+  , sockGuard  :: !Counters
+  , sockWaiter :: !(IORef Waiter)
+  , sockLock   :: !(MVar ())
+    -- ^ Serialises setting up the waiter, the idle timer and closing.
+  , sockIdle   :: !(IORef (Maybe TimeoutKey))
+  }
+
+instance Eq Socket where
+  a == b = sockWaiter a == sockWaiter b
+
+instance Show Socket where
+  show s = "<weft socket, fd " ++ show (sockFd s) ++ ">"
+
+data Waiter = Unwatched | Edge !Watch | Level
+
+-- | Which way a thread waits.
+data Direction = Reading | Writing
+  deriving (Eq, Show)
+
+-- Guard words; the first three are shared with cbits/weft_net.c.
+gUse, gActivity, gTrack, gTimedOut, nGuard :: Int
+gUse = 0; gActivity = 1; gTrack = 2; gTimedOut = 3; nGuard = 4
+
+-- | The fd, for syscalls weft does not wrap. It stays valid until 'close'.
+socketFd :: Socket -> Fd
+socketFd = Fd . sockFd
+
+-- | Adopt an open, non-blocking fd.
+newSocket :: CInt -> IO Socket
+newSocket fd = Socket fd <$> newCounters nGuard <*> newIORef Unwatched
+                         <*> newMVar () <*> newIORef Nothing
+
+------------------------------------------------------------------------------
+-- Guarded syscalls
+
+guardArr :: Socket -> MutableByteArray# RealWorld
+guardArr s = case sockGuard s of Counters a -> a
+{-# INLINE guardArr #-}
+
+recvBuf :: Socket -> Ptr Word8 -> Int -> IO CLong
+recvBuf s p n = c_recv (guardArr s) (sockFd s) p (fromIntegral n)
+{-# INLINE recvBuf #-}
+
+sendBuf :: Socket -> Ptr Word8 -> Int -> IO CLong
+sendBuf s p n = c_send (guardArr s) (sockFd s) p (fromIntegral n)
+{-# INLINE sendBuf #-}
+
+-- | A gather write of @count@ iovecs.
+sendVector :: Socket -> Ptr () -> Int -> IO CLong
+sendVector s iov count = c_sendv (guardArr s) (sockFd s) iov (fromIntegral count)
+
+acceptRaw :: Socket -> Ptr () -> Ptr CInt -> IO CLong
+acceptRaw s = c_accept (guardArr s) (sockFd s)
+
+connectRaw :: Socket -> Ptr () -> CInt -> IO CLong
+connectRaw s = c_connect (guardArr s) (sockFd s)
+
+shutdownRaw :: Socket -> CInt -> IO CLong
+shutdownRaw s = c_shutdown (guardArr s) (sockFd s)
+
+sendToRaw :: Socket -> Ptr Word8 -> Int -> Ptr () -> CInt -> IO CLong
+sendToRaw s p n = c_sendto (guardArr s) (sockFd s) p (fromIntegral n)
+
+recvFromRaw :: Socket -> Ptr Word8 -> Int -> Ptr () -> Ptr CInt -> IO CLong
+recvFromRaw s p n = c_recvfrom (guardArr s) (sockFd s) p (fromIntegral n)
+
+recvManyRaw :: Socket -> Ptr Word8 -> Int -> Int -> Ptr CInt -> Ptr () -> IO CLong
+recvManyRaw s bufs size count =
+  c_recvmany (guardArr s) (sockFd s) bufs (fromIntegral size) (fromIntegral count)
+
+------------------------------------------------------------------------------
+-- Waiting
+
+-- | Block until the socket may be ready, after a syscall said @EAGAIN@
+-- (Note [Socket waits]). Throws an 'IOError' if weft's managers were shut
+-- down; a socket closed meanwhile makes it return (the retried syscall
+-- fails).
+waitReady :: Direction -> Socket -> IO ()
+waitReady dir s = do
+  w <- readIORef (sockWaiter s)
+  case w of
+    Edge watch -> case dir of
+      Reading -> awaitReadable watch
+      Writing -> awaitWritable watch
+    Level -> do
+      mgr <- getSystemManager
+      waitOn mgr (if dir == Reading then evtRead else evtWrite) (socketFd s)
+        `catch` \e -> do
+          closed <- isClosed s
+          unless closed (throwIO (e :: IOException))
+    Unwatched -> do
+      setUpWaiter s
+      waitReady dir s
+
+setUpWaiter :: Socket -> IO ()
+setUpWaiter s = withMVar (sockLock s) $ \_ -> do
+  w <- readIORef (sockWaiter s)
+  closed <- isClosed s
+  case w of
+    -- Checked under the lock that 'close' takes after marking the socket
+    -- closed, so a closed fd is never watched.
+    Unwatched | not closed -> do
+      mgr <- getSystemManager
+      watch <- watchFd mgr (socketFd s)
+      writeIORef (sockWaiter s) (maybe Level Edge watch)
+    _ -> return ()
+
+-- | What to do with a negative syscall result: wait and retry on @EAGAIN@,
+-- retry on @EINTR@, else throw ('socketError').
+retryOrThrow :: String -> Direction -> Socket -> CLong -> IO a -> IO a
+retryOrThrow loc dir s r again
+  | r == negate (errnoLong eAGAIN) = waitReady dir s >> again
+  | r == negate (errnoLong eINTR) = again
+  | otherwise = socketError loc s r
+{-# INLINE retryOrThrow #-}
+
+errnoLong :: Errno -> CLong
+errnoLong (Errno e) = fromIntegral e
+{-# INLINE errnoLong #-}
+
+-- | Throw the 'IOError' for a failed syscall (its result is @-errno@), or
+-- for an end of stream that an idle timeout caused. The error says so when
+-- the socket was closed by weft or timed out.
+socketError :: String -> Socket -> CLong -> IO a
+socketError loc s r = do
+  timedOut <- (/= 0) <$> readCounter (sockGuard s) gTimedOut
+  closed <- isClosed s
+  let errno = Errno (fromIntegral (negate r))
+  throwIO $ if timedOut
+    then (errnoToIOError ("weft: " ++ loc) eTIMEDOUT Nothing Nothing)
+           { ioe_type = TimeExpired, ioe_description = "connection idle timeout" }
+    else if closed && errno == eBADF
+      then (errnoToIOError ("weft: " ++ loc) eBADF Nothing Nothing)
+             { ioe_description = "socket is closed" }
+      else errnoToIOError ("weft: " ++ loc) errno Nothing Nothing
+
+-- | Is this the error of a socket whose idle timeout expired?
+isIdleTimeoutError :: IOException -> Bool
+isIdleTimeoutError e = ioe_type e == TimeExpired && ioe_description e == "connection idle timeout"
+
+------------------------------------------------------------------------------
+-- Idle timeouts
+
+-- Note [Idle timeouts]
+-- ~~~~~~~~~~~~~~~~~~~~~
+-- A timer per socket, on weft's timers, that is not moved on every
+-- syscall: each syscall that makes progress stamps the time in the guard
+-- block (in C, only while a timeout is set), and when the timer fires it
+-- compares the stamp with the clock and re-arms itself for the rest of the
+-- period, or expires the socket: marks it timed out and shuts it down both
+-- ways, which wakes its blocked threads. Their syscalls then see the end
+-- of the stream or an error, which they report as an idle-timeout
+-- 'IOError'. A socket that keeps talking costs one timer firing per period.
+
+-- | Give the socket an idle timeout of the given number of microseconds
+-- (replacing any earlier one; 0 or less removes it): if no recv or send on
+-- it makes progress for that long, its threads' recv and send calls fail
+-- with an 'IOError' that 'isIdleTimeoutError' recognises, now and later.
+-- The owner must still 'close' it.
+setIdleTimeout :: Socket -> Int -> IO ()
+setIdleTimeout s us = mask_ $ withMVar (sockLock s) $ \_ -> do
+  cancelIdle s
+  if us <= 0 then writeCounter g gTrack 0 else do
+    now <- getMonotonicTimeNSec
+    writeCounter g gActivity (fromIntegral now)
+    writeCounter g gTrack 1
+    mgr <- getSystemManager
+    armIdle mgr us
+  where
+    g = sockGuard s
+    period = fromIntegral us * 1000 :: Word64
+    armIdle mgr delay = do
+      k <- registerTimeout mgr delay (check mgr)
+      writeIORef (sockIdle s) (Just k)
+      -- A close that began meanwhile may have missed this key.
+      closed <- isClosed s
+      when closed (cancelIdle s)
+    check mgr = do
+      closed <- isClosed s
+      unless closed $ do
+        stamp <- fromIntegral <$> readCounter g gActivity
+        now <- getMonotonicTimeNSec
+        let idle = now - min now stamp
+        if idle < period
+          then armIdle mgr (fromIntegral ((period - idle) `quot` 1000) + 1)
+          else do
+            writeCounter g gTimedOut 1
+            void (shutdownRaw s 2) -- SHUT_RDWR
+
+cancelIdle :: Socket -> IO ()
+cancelIdle s = do
+  k <- atomicModifyIORef' (sockIdle s) (\k -> (Nothing, k))
+  mapM_ unregisterTimeout k
+
+------------------------------------------------------------------------------
+-- Closing
+
+-- | Has 'close' (or 'detach') been called?
+isClosed :: Socket -> IO Bool
+isClosed s = odd <$> readCounter (sockGuard s) gUse
+{-# INLINE isClosed #-}
+
+-- | Close the socket (Note [Socket close and fd reuse]). Threads blocked
+-- on it wake up with an 'IOError' (@EBADF@, "socket is closed"), as do
+-- later calls. Idempotent; never throws.
+close :: Socket -> IO ()
+close s = do
+  handedOver <- detachWith s
+  forM_ handedOver $ \(fd, level) ->
+    if level
+      then do
+        mgrs <- systemManagers
+        closeFdOn mgrs (\_ -> void (c_close fd)) (Fd fd)
+      else void (c_close fd)
+
+-- | Stop weft from using the socket, as 'close' does, but return the fd
+-- open instead of closing it ('Nothing' if it was closed already). The
+-- caller owns it.
+detach :: Socket -> IO (Maybe CInt)
+detach s = fmap fst <$> detachWith s
+
+-- Mark closed, end the watch and idle timer, and drain the syscalls in
+-- flight. Returns the fd, and whether its waiters wait through 'waitOn'.
+detachWith :: Socket -> IO (Maybe (CInt, Bool))
+detachWith s = uninterruptibleMask_ $ do
+  first <- markClosed
+  if not first then return Nothing else do
+    cancelIdle s
+    w <- withMVar (sockLock s) $ \_ -> readIORef (sockWaiter s)
+    level <- case w of
+      Edge watch -> unwatchFd watch >> return False
+      Level -> return True
+      Unwatched -> return False
+    drain
+    return (Just (sockFd s, level))
+  where
+    g = sockGuard s
+    markClosed = do
+      v <- readCounter g gUse
+      if odd v then return False else do
+        old <- casCounter g gUse v (v + 1)
+        if old == v then return True else markClosed
+    drain = do
+      v <- readCounter g gUse
+      when (v > 1) (yield >> drain)
+
+------------------------------------------------------------------------------
+-- Helpers
+
+-- | Throw the 'IOError' for a negative result of an unguarded call.
+throwIfNegative :: String -> IO CLong -> IO CLong
+throwIfNegative loc act = do
+  r <- act
+  if r < 0 then throwIO (errnoToIOError ("weft: " ++ loc) (Errno (fromIntegral (negate r))) Nothing Nothing)
+    else return r
+
+------------------------------------------------------------------------------
+-- Foreign calls (cbits/weft_net.c); all return -errno on failure.
+
+foreign import ccall unsafe "weft_net_recv"
+  c_recv :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CSize -> IO CLong
+foreign import ccall unsafe "weft_net_send"
+  c_send :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CSize -> IO CLong
+foreign import ccall unsafe "weft_net_sendv"
+  c_sendv :: MutableByteArray# RealWorld -> CInt -> Ptr () -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_accept"
+  c_accept :: MutableByteArray# RealWorld -> CInt -> Ptr () -> Ptr CInt -> IO CLong
+foreign import ccall unsafe "weft_net_connect"
+  c_connect :: MutableByteArray# RealWorld -> CInt -> Ptr () -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_shutdown"
+  c_shutdown :: MutableByteArray# RealWorld -> CInt -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_sendto"
+  c_sendto :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CSize -> Ptr () -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_recvfrom"
+  c_recvfrom :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CSize -> Ptr () -> Ptr CInt -> IO CLong
+foreign import ccall unsafe "weft_net_recvmany"
+  c_recvmany :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CInt -> CInt -> Ptr CInt -> Ptr () -> IO CLong
+
+foreign import ccall unsafe "weft_net_socket"
+  c_socket :: CInt -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_bind"
+  c_bind :: CInt -> Ptr () -> CInt -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_listen"
+  c_listen :: CInt -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_set_nodelay"
+  c_set_nodelay :: CInt -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_socket_error"
+  c_socket_error :: CInt -> IO CLong
+foreign import ccall unsafe "weft_net_local_addr"
+  c_local_addr :: CInt -> Ptr () -> Ptr CInt -> IO CLong
+foreign import ccall unsafe "weft_net_close"
+  c_close :: CInt -> IO CLong

@@ -1,0 +1,308 @@
+-- | Weft.Net over loopback: waits, close and fd reuse, async exceptions,
+-- resets, half-close, idle timeouts, fd exhaustion at accept, UDP and
+-- interop. Clients are @network@ sockets (GHC's manager) unless the test is
+-- about weft's client side.
+module Test.Net (spec, withWeftServer, recvExactly, connectClient, countFds) where
+
+import Control.Concurrent
+import Control.Concurrent.Async (forConcurrently_, mapConcurrently)
+import Control.Exception
+import Control.Monad
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import Data.IORef
+import GHC.IO.Exception (IOErrorType (..), IOException (..))
+import Network.Socket (SockAddr (..))
+import qualified Network.Socket as N
+import qualified Network.Socket.ByteString as NB
+import System.Directory (listDirectory)
+import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
+import System.Posix.Resource
+import System.Posix.Types (Fd (..))
+import qualified System.Timeout as GHC
+import Test.Hspec
+
+import Support
+import qualified Weft.Event as E
+import qualified Weft.Net as W
+
+loopback :: SockAddr
+loopback = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
+
+-- | Run a weft server on a free loopback port for the body's duration.
+withWeftServer :: W.ServerConfig -> (W.Socket -> SockAddr -> IO ()) -> (SockAddr -> IO a) -> IO a
+withWeftServer cfg handler body = do
+  ready <- newEmptyMVar
+  bracket (forkIO (W.serve cfg { W.serverOnReady = putMVar ready } loopback handler)) killThread $ \_ ->
+    body =<< within 5 "server start" (takeMVar ready)
+
+connectClient :: SockAddr -> IO N.Socket
+connectClient addr = do
+  s <- N.socket N.AF_INET N.Stream N.defaultProtocol
+  N.connect s addr `onException` N.close s
+  return s
+
+-- | Receive exactly n bytes from a network socket (fewer at end of stream).
+recvExactly :: N.Socket -> Int -> IO B.ByteString
+recvExactly s n = go [] n
+  where
+    go acc 0 = return (B.concat (reverse acc))
+    go acc k = do
+      c <- NB.recv s k
+      if B.null c then return (B.concat (reverse acc)) else go (c : acc) (k - B.length c)
+
+echo :: W.Socket -> SockAddr -> IO ()
+echo s _ = echoLoop s
+
+echoLoop :: W.Socket -> IO ()
+echoLoop s = do
+  c <- W.recv s 4096
+  unless (B.null c) (W.sendAll s c >> echoLoop s)
+
+liveWatches :: IO Int
+liveWatches = sum . map E.statWatches <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+armCount :: IO Int
+armCount = sum . map E.statArms <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+countFds :: IO Int
+countFds = openFdCount
+
+-- | A connected pair of weft sockets: (client, server side).
+withPair :: ((W.Socket, W.Socket) -> IO a) -> IO a
+withPair body = do
+  l <- W.listen loopback
+  addr <- W.localAddress l
+  (`finally` W.close l) $ do
+    acceptor <- async' (W.accept l)
+    c <- W.connect addr
+    (srv, _) <- either throwIO return =<< takeMVar acceptor
+    body (c, srv) `finally` (W.close c >> W.close srv)
+  where
+    async' act = do
+      m <- newEmptyMVar
+      _ <- forkIO (try act >>= putMVar m)
+      return (m :: MVar (Either SomeException (W.Socket, SockAddr)))
+
+isErrno :: IOErrorType -> Either SomeException a -> Bool
+isErrno ty (Left e) = maybe False ((== ty) . ioe_type) (fromException e)
+isErrno _ _ = False
+
+spec :: E.BackendKind -> Spec
+spec kind = describe "Weft.Net" $ do
+  it "serves many concurrent clients on both capabilities, then releases every fd and watch" $ do
+    startManagers
+    fds0 <- countFds
+    withWeftServer W.defaultServerConfig echo $ \addr ->
+      within 30 "clients" $ forConcurrently_ [1 .. 100 :: Int] $ \i ->
+        bracket (connectClient addr) N.close $ \c -> forM_ [1 .. 30 :: Int] $ \j -> do
+          let msg = BC.pack (show (i, j))
+          NB.sendAll c msg
+          got <- recvExactly c (B.length msg)
+          got `shouldBe` msg
+    eventually "server connections closed" ((<= fds0) <$> countFds)
+    eventually "watches ended" ((== 0) <$> liveWatches)
+
+  when (kind == E.EPollBackend) $
+    it "waits cost no epoll_ctl once a socket is watched" $ withPair $ \(c, srv) -> do
+      W.sendAll c (BC.pack "x")
+      _ <- W.recv srv 1
+      _ <- forkIO (replicateM_ 2000 (W.recv srv 1 >>= W.sendAll srv))
+      arms0 <- armCount
+      within 10 "round trips" $ replicateM_ 2000 $ do
+        W.sendAll c (BC.pack "y")
+        r <- W.recv c 1
+        r `shouldBe` BC.pack "y"
+      arms1 <- armCount
+      arms1 - arms0 `shouldBe` 0
+
+  it "close wakes a thread blocked in recv with EBADF and leaves nothing behind" $ do
+    w0 <- liveWatches
+    withPair $ \(c, _) -> do
+      (_, res) <- forkResult 1 (W.recv c 10)
+      threadDelay 20000
+      W.close c
+      r <- within 2 "woken" (takeMVar res)
+      r `shouldSatisfy` isBadFd
+      W.recv c 10 `shouldThrow` (\e -> ioe_description e == "socket is closed")
+    eventually "watches back" ((== w0) <$> liveWatches)
+
+  it "a socket closed while a thread waits never lets that thread see a reused fd's data" $ do
+    reused <- newIORef (0 :: Int)
+    l <- W.listen loopback
+    addr <- W.localAddress l
+    peers <- newChan
+    -- The acceptor ends when the listener closes.
+    _ <- forkIO (void (try (forever (W.accept l >>= writeChan peers . fst)) :: IO (Either IOException ())))
+    (`finally` W.close l) $ forM_ [1 .. 100 :: Int] $ \_ -> do
+      a <- W.connect addr
+      pa <- readChan peers
+      (_, res) <- forkResult 1 (W.recv a 100)
+      threadDelay 200
+      let fdA = W.socketFd a
+      W.close a
+      b <- W.connect addr
+      pb <- readChan peers
+      when (W.socketFd b == fdA) (modifyIORef' reused (+ 1))
+      W.sendAll pb (BC.pack "for b")
+      r <- within 2 "old waiter woken" (takeMVar res)
+      r `shouldSatisfy` isBadFd
+      got <- within 2 "new socket reads" (W.recv b 100)
+      got `shouldBe` BC.pack "for b"
+      mapM_ W.close [b, pa, pb]
+    n <- readIORef reused
+    n `shouldSatisfy` (> 0)
+
+  it "async exceptions mid-recv lose no bytes" $ withPair $ \(c, srv) -> do
+    let total = 2000
+    received <- newIORef []
+    _ <- forkIO $ forM_ [1 .. total] $ \i -> do
+      W.sendAll c (B.singleton (fromIntegral (i `mod` 251)))
+      when (i `mod` 7 == 0) yield
+    let loop n = when (n < total) $ do
+          r <- GHC.timeout 50 (W.recv srv 1)
+          case r of
+            Nothing -> loop n
+            Just b -> modifyIORef' received (b :) >> loop (n + B.length b)
+    within 20 "receive all" (loop 0)
+    got <- B.concat . reverse <$> readIORef received
+    got `shouldBe` B.pack [ fromIntegral (i `mod` 251) | i <- [1 .. total] ]
+
+  it "a peer's reset is an ECONNRESET IOError (ResourceVanished); the server lives on" $ do
+    outcome <- newEmptyMVar
+    withWeftServer W.defaultServerConfig (\s _ -> try (W.recv s 10 >> W.recv s 10) >>= putMVar outcome) $ \addr -> do
+      c <- connectClient addr
+      NB.sendAll c (BC.pack "a")
+      threadDelay 20000
+      N.setSockOpt c N.Linger (N.StructLinger 1 0)
+      N.close c
+      r <- within 2 "reset seen" (takeMVar outcome)
+      r `shouldSatisfy` isErrno ResourceVanished
+      -- Still serving.
+      bracket (connectClient addr) N.close $ \c2 -> NB.sendAll c2 (BC.pack "b")
+      r2 <- within 2 "next client served" (takeMVar outcome)
+      either (const False) (const True) (r2 :: Either SomeException B.ByteString) `shouldBe` True
+
+  it "a half-close is an end of stream, and the other direction still works" $ withPair $ \(c, srv) -> do
+    W.sendAll c (BC.pack "last words")
+    W.shutdownSend c
+    a <- W.recv srv 100
+    a `shouldBe` BC.pack "last words"
+    eof <- within 2 "eof" (W.recv srv 100)
+    eof `shouldBe` B.empty
+    W.sendAll srv (BC.pack "reply")
+    W.recv c 100 `shouldReturn` BC.pack "reply"
+
+  it "sending to a closed peer is an EPIPE or ECONNRESET IOError (ResourceVanished)" $ withPair $ \(c, srv) -> do
+    W.close srv
+    r <- within 5 "send fails" $ try (forever (W.sendAll c (B.replicate 65536 1)))
+    (r :: Either SomeException ()) `shouldSatisfy` isErrno ResourceVanished
+
+  it "the idle timeout closes silent connections and spares active ones" $ do
+    outcomes <- newChan
+    let cfg = W.defaultServerConfig { W.serverIdleTimeout = 200000 }
+        handler s _ = try (echoLoop s) >>= writeChan outcomes
+    withWeftServer cfg handler $ \addr -> do
+      idle <- connectClient addr
+      active <- connectClient addr
+      -- The active client talks every 50 ms for 600 ms: three periods.
+      forM_ [1 .. 12 :: Int] $ \_ -> do
+        NB.sendAll active (BC.pack "p")
+        recvExactly active 1 `shouldReturn` BC.pack "p"
+        threadDelay 50000
+      r <- within 2 "idle connection timed out" (readChan outcomes)
+      (r :: Either IOException ()) `shouldSatisfy` either W.isIdleTimeoutError (const False)
+      within 2 "idle client sees the end" (NB.recv idle 10) `shouldReturn` B.empty
+      NB.sendAll active (BC.pack "q")
+      recvExactly active 1 `shouldReturn` BC.pack "q"
+      mapM_ N.close [idle, active]
+
+  it "rides out EMFILE at accept: open connections are served, accepting resumes" $ do
+    served <- newIORef (0 :: Int)
+    let handler s a = modifyIORef' served (+ 1) >> echo s a
+    withWeftServer W.defaultServerConfig handler $ \addr -> do
+      -- Client sockets made before the limit drops; connecting needs no fd.
+      clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+      lim <- getResourceLimit ResourceOpenFiles
+      -- The limit bounds fd numbers, not counts: fill the free numbers
+      -- below the highest open fd, then allow three more.
+      highest <- maximum . map read <$> listDirectory "/proc/self/fd"
+      let fill acc = do
+            fd <- openFd "/dev/null" ReadOnly Nothing defaultFileFlags
+            if fd < Fd highest then fill (fd : acc) else closeFd fd >> return (fd, acc)
+      (Fd firstFree, fillers) <- fill []
+      let restore = setResourceLimit ResourceOpenFiles lim >> mapM_ closeFd fillers
+      (`finally` restore) $ do
+        setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + 3) }
+        mapM_ (`N.connect` addr) clients
+        eventually "three served" ((== 3) <$> readIORef served)
+        threadDelay 50000
+        readIORef served `shouldReturn` 3
+        forM_ (take 3 clients) $ \c -> do
+          NB.sendAll c (BC.pack "hi")
+          recvExactly c 2 `shouldReturn` BC.pack "hi"
+        setResourceLimit ResourceOpenFiles lim
+        eventually "the rest served" ((== 8) <$> readIORef served)
+        forM_ clients $ \c -> do
+          NB.sendAll c (BC.pack "ok")
+          recvExactly c 2 `shouldReturn` BC.pack "ok"
+      mapM_ N.close clients
+
+  it "refuses a connection clearly" $ do
+    l <- W.listen loopback
+    addr <- W.localAddress l
+    W.close l
+    W.connect addr `shouldThrow` (\e -> ioe_type e == NoSuchThing)
+
+  it "sends and receives UDP datagrams, batched" $ do
+    rx <- W.bindUDP loopback
+    tx <- W.openUDP loopback
+    to <- W.localAddress rx
+    (`finally` (W.close rx >> W.close tx)) $ do
+      forM_ [1 .. 10 :: Int] $ \i -> W.sendTo tx (BC.pack ("d" ++ show i)) to
+      let collect acc | length acc >= 10 = return acc
+                      | otherwise = do
+                          got <- W.recvFromMany rx 8 64
+                          got `shouldSatisfy` (\g -> not (null g) && length g <= 8)
+                          collect (acc ++ map fst got)
+      msgs <- within 2 "datagrams" (collect [])
+      msgs `shouldBe` [ BC.pack ("d" ++ show i) | i <- [1 .. 10 :: Int] ]
+      _ <- W.sendTo tx (BC.pack "one") to
+      (m, _) <- within 2 "one datagram" (W.recvFrom rx 64)
+      m `shouldBe` BC.pack "one"
+
+  it "converts to and from network's Socket" $ withPair $ \(c, srv) -> do
+    ns <- W.toNetworkSocket c
+    (`finally` N.close ns) $ do
+      W.recv c 1 `shouldThrow` (\e -> ioe_errno e /= Nothing)
+      NB.sendAll ns (BC.pack "via network")
+      W.recv srv 100 `shouldReturn` BC.pack "via network"
+    l <- N.socket N.AF_INET N.Stream N.defaultProtocol
+    N.setSocketOption l N.ReuseAddr 1
+    N.bind l loopback
+    N.listen l 4
+    addr <- N.getSocketName l
+    c2 <- connectClient addr
+    (a, _) <- N.accept l
+    w <- W.fromNetworkSocket a
+    (`finally` (W.close w >> N.close c2 >> N.close l)) $ do
+      NB.sendAll c2 (BC.pack "to weft")
+      within 2 "weft recv" (W.recv w 100) `shouldReturn` BC.pack "to weft"
+
+  it "sendMany sends every chunk in order" $ withPair $ \(c, srv) -> do
+    let chunks = [ B.replicate n (fromIntegral n) | n <- [1 .. 3000] ]
+        expected = B.concat chunks
+    _ <- forkIO (W.sendMany c chunks)
+    let loop acc n | n >= B.length expected = return (B.concat (reverse acc))
+                   | otherwise = W.recv srv 65536 >>= \b -> loop (b : acc) (n + B.length b)
+    got <- within 10 "all bytes" (loop [] 0)
+    got `shouldBe` expected
+
+  it "threads blocked on many sockets all wake" $ do
+    results <- within 20 "all pairs" $ mapConcurrently (\i -> withPair $ \(c, srv) -> do
+      v <- newEmptyMVar
+      _ <- forkIO (W.recv srv 10 >>= putMVar v)
+      threadDelay 1000
+      W.sendAll c (BC.pack (show (i :: Int)))
+      takeMVar v) [1 .. 200]
+    results `shouldBe` map (BC.pack . show) [1 .. 200 :: Int]
