@@ -10,7 +10,7 @@ CABAL := env CABAL_DIR=$(CABAL_HOME) cabal --config-file=$(CURDIR)/cabal.config
 
 DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
                 libghc-primitive-dev libghc-async-dev libghc-psqueues-dev \
-                libghc-network-dev
+                libghc-network-dev gcc make wrk nginx-light gnuplot-nox
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin
@@ -32,14 +32,15 @@ deps:
 build: deps
 	@mkdir -p $(CABAL_HOME) $(BIN)
 	$(CABAL) v2-build all --offline
-	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-pong; do \
+	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong; do \
 	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
+	$(MAKE) -s -C bench/c OUT=$(BIN)
 
 test: build
 	$(BIN)/weft-test +RTS -N2 -RTS
 
 bench: build
-	$(BIN)/weft-bench wait
+	$(BIN)/weft-bench all
 
 clean:
 	rm -rf dist-newstyle $(CABAL_HOME) bench-results

@@ -1,23 +1,66 @@
 -- | weft-bench: weft's benchmarks, each measured side by side with its
--- baseline in one run.
+-- baselines in one run.
 module Main (main) where
 
+import Control.Monad (forM)
+import Data.Time.Clock (getCurrentTime)
 import System.Environment (getArgs)
 import System.Exit (exitFailure)
-import System.IO (hPutStrLn, stderr)
+import System.IO
 
+import Bench.Net
 import Bench.Wait (waitChild, waitMain)
 
 main :: IO ()
 main = do
+  hSetBuffering stdout LineBuffering
   args <- getArgs
   case args of
-    ("wait" : rest) -> waitMain rest
+    ("wait" : rest) -> () <$ waitMain rest
     ("wait-child" : rest) -> waitChild rest
+    ("simple" : rest) -> () <$ simpleBench (parseSettings rest)
+    ("echo" : rest) -> () <$ echoBench (parseSettings rest)
+    ("pong" : rest) -> () <$ pongBench (parseSettings rest)
+    ("idle" : rest) -> () <$ idleBench (parseSettings rest)
+    ("all" : rest) -> runAll (parseSettings rest)
     _ -> do
       hPutStrLn stderr $ unlines
-        [ "usage: weft-bench wait [--reps N] [--round-trips N] [--caps 1,2]"
+        [ "usage: weft-bench COMMAND [--long] [--reps N] [--duration SECONDS]"
         , ""
-        , "  wait   pipe ping-pong with weft's threadWaitRead and GHC's, at -N1 and -N2"
+        , "  simple  SimpleServer: weft, GHC's manager, C; concurrency 1/16/64/400; -N1 and -N2"
+        , "  echo    one-connection ping-pong latency: GHC non-threaded, GHC threaded, weft, C"
+        , "  pong    HTTP keep-alive pong under wrk: weft, GHC's manager, nginx"
+        , "  idle    64 active connections beside 0..20k idle ones: weft, GHC's manager"
+        , "  wait    pipe ping-pong of fd waits (options: --reps N --round-trips N --caps 1,2)"
+        , "  all     everything, then bench-results/summary.md"
+        , ""
+        , "Default: 3 repetitions of 1.5 s runs (what make bench runs); --long: 5 of 5 s."
+        , "Results, CSV and plots go to bench-results/."
         ]
       exitFailure
+
+-- | Every benchmark, then one summary of all the tables.
+runAll :: Settings -> IO ()
+runAll st = do
+  started <- getCurrentTime
+  let waitArgs = if setLong st then [] else ["--reps", "3"]
+  sections <- forM
+    [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
+    , ("echo: one-connection round trip", echoBench st)
+    , ("pong: HTTP keep-alive under wrk", pongBench st)
+    , ("idle: 64 active connections beside idle ones", idleBench st)
+    , ("wait: fd waits in one process", waitMain waitArgs) ] $ \(title, run) -> do
+      table <- run
+      return ("## " ++ title ++ "\n\n```\n" ++ table ++ "```\n")
+  machine <- readFile "/proc/cpuinfo"
+  let model = case [ drop 2 (dropWhile (/= ':') l) | l <- lines machine, take 10 l == "model name" ] of
+        (m : _) -> m
+        [] -> "unknown CPU"
+      cores = length [ () | l <- lines machine, take 9 l == "processor" ]
+  writeFile "bench-results/summary.md" $ unlines
+    [ "# weft-bench all", ""
+    , "Run started " ++ show started ++ " on " ++ show cores ++ " cores (" ++ model ++ "); "
+      ++ show (setReps st) ++ " repetitions of " ++ show (setDuration st) ++ " s per cell, arms interleaved."
+    , "Servers on core 0, load generators on core 1 (-N2 servers get both cores). Medians; ratios of medians."
+    , "" ] ++ unlines sections
+  putStrLn "\nsummary: bench-results/summary.md"

@@ -10,7 +10,9 @@ import Test.Hspec
 
 import qualified Test.FdTable
 import qualified Test.Lifecycle
+import qualified Test.Http
 import qualified Test.Net
+import qualified Test.Servers
 import qualified Test.Slot
 import qualified Test.Timers
 import qualified Test.Waits
@@ -25,6 +27,7 @@ main = do
   hspec $ do
     Test.FdTable.spec
     Test.Slot.spec
+    Test.Http.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do
@@ -32,3 +35,4 @@ main = do
           Test.Timers.spec
           Test.Lifecycle.spec kind
           Test.Net.spec kind
+          Test.Servers.spec kind

@@ -67,7 +67,7 @@ parseOptions = go (Options 5 100000 [1, 2])
 data Result = Result { resWaitsPerSec :: Double, resCpuPerWait :: Double, resExtra :: String }
 
 -- | The parent: run every (caps, arm) pair in turn, repeat, summarise.
-waitMain :: [String] -> IO ()
+waitMain :: [String] -> IO String
 waitMain args = do
   let opts = parseOptions args
       cells = [ (n, arm) | n <- optCaps opts, arm <- [minBound .. maxBound] ]
@@ -101,6 +101,7 @@ waitMain args = do
   putStrLn "\n(waits/s: higher is better; CPU us/wait from /proc/self/stat; ratios of medians against ghc;"
   putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop)"
   putStrLn "CSV: bench-results/wait.csv"
+  return (renderTable header rows)
 
 parseChild :: String -> Either String Result
 parseChild out = case [ l | l <- lines out, take 7 l == "result " ] of

@@ -821,6 +821,9 @@ int main(int argc, char **argv)
         fclose(G.cdf);
     }
     print_result(window_ns);
+    if (G.h.total == 0)
+        fprintf(stderr, "weft-loadgen: no request completed in the measured window "
+                "(server not answering, or --req/--reply not matching it?)\n");
 
     free(G.c);
     free(G.txbuf);

@@ -31,6 +31,7 @@ module Weft.Net
   , sendMany
   , shutdownSend
   , close
+  , gracefulClose
   , localAddress
   , setNoDelay
     -- * Idle timeouts
@@ -64,7 +65,7 @@ import Foreign.C.Error
 import Foreign.C.Types
 import Foreign.ForeignPtr (touchForeignPtr, withForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
-import Foreign.Marshal.Alloc (allocaBytes)
+import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (with)
 import Foreign.Ptr
 import Foreign.Storable
@@ -72,10 +73,13 @@ import GHC.IO.Exception (IOException (..), IOErrorType (..))
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import Network.Socket.Address (SocketAddress (..))
+import Data.Primitive.Array (Array, fromListN, indexArray, sizeofArray)
 import System.IO (hPutStrLn, stderr)
+import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
+import Weft.Internal.Counters
 import Weft.Net.Socket hiding (recvBuf)
 import qualified Weft.Net.Socket as S
 
@@ -188,7 +192,29 @@ errnoLong (Errno e) = fromIntegral e
 recv :: Socket -> Int -> IO B.ByteString
 recv s n
   | n <= 0 = throwIO (invalid "recv" "the byte count must be positive")
-  | otherwise = BI.createAndTrim n (\p -> recvBuf s p n)
+  | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
+  | otherwise = loop
+  where
+    -- Note [Receiving through a scratch buffer]
+    loop = do
+      r <- withScratch $ \p -> do
+        k <- S.recvBuf s p n
+        if k > 0 then Right <$> BI.create (fromIntegral k) (\d -> BI.memcpy d p (fromIntegral k))
+          else return (Left k)
+      case r of
+        Right bs -> return bs
+        Left 0 -> B.empty <$ endOfStream s
+        Left k -> retryOrThrow "recv" Reading s k loop
+
+-- Note [Receiving through a scratch buffer]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- 'recv' must allocate its buffer before it knows how much will come. A
+-- 4 KiB pinned buffer is a large object to GHC's allocator, and trimming it
+-- copies anyway. So 'recv' reads into a scratch buffer of its capability
+-- (claimed with one compare-and-swap, released before any wait, so a
+-- thread blocked in 'recv' holds none) and copies what came into a string
+-- of exactly that size. If the scratch buffer is taken (the claiming thread
+-- was preempted between the syscall and the copy), a fresh buffer is used.
 
 -- | 'recv' into a buffer: the number of bytes received (0 at end of
 -- stream).
@@ -198,10 +224,51 @@ recvBuf s p n = loop
     loop = do
       r <- S.recvBuf s p n
       if r > 0 then return (fromIntegral r)
-      else if r == 0 then endOfStream else retryOrThrow "recv" Reading s r loop
-    -- An end of stream caused by an idle timeout is reported as such.
-    endOfStream = socketError "recv" s 0 `catch` \e ->
-      if isIdleTimeoutError e then throwIO e else return 0
+      else if r == 0 then 0 <$ endOfStream s else retryOrThrow "recv" Reading s r loop
+
+-- | At end of stream: throw if an idle timeout caused it.
+endOfStream :: Socket -> IO ()
+endOfStream s = socketError "recv" s 0 `catch` \e ->
+  if isIdleTimeoutError e then throwIO e else return ()
+
+-- | The size of each capability's scratch buffer for 'recv'.
+scratchBytes :: Int
+scratchBytes = 16384
+
+-- | Run an action with this capability's scratch buffer, or a fresh one if
+-- it is taken (Note [Receiving through a scratch buffer]). The action must
+-- not block.
+withScratch :: (Ptr Word8 -> IO a) -> IO a
+withScratch act = do
+  (cap, _) <- threadCapability =<< myThreadId
+  table <- readIORef scratchTable
+  if cap >= sizeofArray table then growScratch cap >> withScratch act else do
+    let Scratch flags buf = indexArray table cap
+    old <- casCounter flags 0 0 1
+    if old /= 0 then allocaBytes scratchBytes act else do
+      r <- act buf `onException` writeCounter flags 0 0
+      writeCounter flags 0 0
+      return r
+{-# INLINE withScratch #-}
+
+data Scratch = Scratch !Counters !(Ptr Word8)
+
+{-# NOINLINE scratchTable #-}
+scratchTable :: IORef (Array Scratch)
+scratchTable = unsafePerformIO (newIORef (fromListN 0 []))
+
+-- | Make scratch buffers up to this capability's. They are never freed:
+-- one per capability for the life of the process (two threads growing the
+-- table at once may leak one buffer).
+growScratch :: Int -> IO ()
+growScratch cap = do
+  have <- sizeofArray <$> readIORef scratchTable
+  fresh <- forM [0 .. cap] $ \i ->
+    if i < have then return (error "unused") else Scratch <$> newCounters 1 <*> mallocBytes scratchBytes
+  atomicModifyIORef' scratchTable $ \old ->
+    -- Lazy in the unused entries: only the missing ones are built.
+    let keep i = if i < sizeofArray old then indexArray old i else fresh !! i
+    in if sizeofArray old > cap then (old, ()) else (fromListN (cap + 1) (map keep [0 .. cap]), ())
 
 -- | Send some of the bytes, blocking (in weft) until the socket takes at
 -- least one; returns how many it took. Throws an 'IOError' if the peer is
@@ -262,6 +329,22 @@ shutdownSend :: Socket -> IO ()
 shutdownSend s = do
   r <- shutdownRaw s 1 -- SHUT_WR
   when (r < 0) $ socketError "shutdown" s r
+
+-- | Close a connection without losing what was just sent: shut the
+-- sending side down, read and discard what the peer still sends until it
+-- closes, for at most the given microseconds (and 1 MiB), then 'close'.
+-- Closing with unread input would make the kernel send a reset, which can
+-- destroy the last response before the peer reads it (an error reply to a
+-- request that is still arriving, say). Never throws.
+gracefulClose :: Socket -> Int -> IO ()
+gracefulClose s us = linger `finally` close s
+  where
+    linger = void (try (shutdownSend s >> Weft.timeout us drain) :: IO (Either IOException (Maybe ())))
+    drain = allocaBytes 4096 $ \p ->
+      let go total = do
+            n <- recvBuf s p 4096
+            when (n > 0 && total < 1048576) (go (total + n))
+      in go (0 :: Int)
 
 -- | The address the socket is bound to.
 localAddress :: Socket -> IO SockAddr

@@ -37,6 +37,11 @@ data Conn = Conn
   , connSendMany :: [B.ByteString] -> IO ()
   }
 
+-- | How long a connection whose handler returned may linger to let its
+-- last reply reach the peer (see 'W.gracefulClose'): 1 s.
+lingerMicros :: Int
+lingerMicros = 1000000
+
 -- | Parse @PORT ARGS... [--manager weft|ghc] [--idle-timeout SECONDS]@
 -- (the idle timeout, weft only, defaults to the given microseconds),
 -- give the positional arguments after the port to @setup@, and serve every
@@ -79,6 +84,7 @@ serveWeft :: Int -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
 serveWeft idle addr ready handler =
   W.serve W.defaultServerConfig { W.serverIdleTimeout = idle, W.serverOnReady = ready } addr $ \s _ ->
     handler Conn { connRecv = W.recv s, connSendAll = W.sendAll s, connSendMany = W.sendMany s }
+      >> W.gracefulClose s lingerMicros
 
 -- | The baseline: @network@'s calls, which wait in GHC's manager.
 serveGhc :: SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
@@ -100,7 +106,8 @@ serveGhc addr ready handler = bracket (N.socket N.AF_INET N.Stream N.defaultProt
                         , connSendMany = NB.sendMany s }
         void $ mask_ $ forkOnWithUnmask cap $ \unmask -> unmask (do
           N.setSocketOption s N.NoDelay 1 `catch` \e -> const (return ()) (e :: IOException)
-          handler conn) `catch` quiet `finally` N.close s
+          handler conn
+          N.gracefulClose s (lingerMicros `quot` 1000)) `catch` quiet `finally` N.close s
   where
     quiet :: SomeException -> IO ()
     quiet _ = return ()

@@ -1,0 +1,466 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | The network benchmarks: real servers in their own processes, pinned
+-- with @taskset@, driven by real load generators (weft-loadgen, wrk), every
+-- arm of a comparison running in the same invocation, interleaved and
+-- repeated. Server CPU comes from @/proc/PID/stat@ over the measured window.
+--
+-- Core placement on a 2-core machine: servers on core 0 and load generators
+-- on core 1. A server run with @-N2@ (or 2 C threads) is given both cores,
+-- so it shares core 1 with the load generator; the tables say so.
+module Bench.Net
+  ( Settings (..)
+  , shortSettings
+  , longSettings
+  , parseSettings
+  , simpleBench
+  , echoBench
+  , pongBench
+  , idleBench
+  ) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import Data.IORef
+import Data.List (intercalate, isPrefixOf, nub)
+import qualified Data.Map.Strict as Map
+import Data.Maybe (fromMaybe)
+import qualified Network.Socket as N
+import System.Directory
+import System.Environment (getExecutablePath)
+import System.Exit
+import System.FilePath
+import System.IO
+import System.Posix.Resource
+import System.Process
+import Text.Printf (printf)
+
+import Bench.Report
+
+-- | How long and how often to measure.
+data Settings = Settings
+  { setReps     :: !Int     -- ^ repetitions of every (configuration, arm)
+  , setDuration :: !Double  -- ^ measured seconds per run
+  , setWarmup   :: !Double  -- ^ unmeasured seconds before each run
+  , setLong     :: !Bool
+  } deriving Show
+
+-- | What @make bench@ runs: 3 repetitions of short runs.
+shortSettings, longSettings :: Settings
+shortSettings = Settings 3 1.5 0.5 False
+-- | @--long@: 5 repetitions of 5 s.
+longSettings = Settings 5 5 1 True
+
+parseSettings :: [String] -> Settings
+parseSettings = go shortSettings
+  where
+    go s ("--long" : rest) = go s { setReps = setReps longSettings, setDuration = setDuration longSettings
+                                  , setWarmup = setWarmup longSettings, setLong = True } rest
+    go s ("--reps" : n : rest) = go s { setReps = read n } rest
+    go s ("--duration" : d : rest) = go s { setDuration = read d } rest
+    go s [] = s
+    go _ (x : _) = error ("weft-bench: unknown option " ++ x ++ " (use --long, --reps N, --duration SECONDS)")
+
+------------------------------------------------------------------------------
+-- Processes
+
+serverCores, clientCores :: Int -> String
+serverCores n = if n <= 1 then "0" else "0,1"
+clientCores _ = "1"
+
+data Server = Server
+  { srvHandle :: ProcessHandle
+  , srvPid    :: Int
+  , srvPort   :: Int
+  }
+
+-- | The directory holding weft-bench and its sibling programs.
+binDir :: IO FilePath
+binDir = takeDirectory <$> getExecutablePath
+
+-- | A free loopback port (bound and released; another process could take
+-- it meanwhile, which only fails that server's start, loudly).
+freePort :: IO Int
+freePort = bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \s -> do
+  N.bind s (N.SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
+  fromIntegral <$> N.socketPort s
+
+-- | Start a server pinned to the cores, and wait until it accepts
+-- connections. @argv port@ gives its command line.
+startServer :: String -> String -> (Int -> [String]) -> IO Server
+startServer label cores argv = do
+  port <- freePort
+  let cmd = "taskset" : "-c" : cores : argv port
+  logPath <- (</> ("server-" ++ label ++ ".log")) <$> resultsDir
+  logH <- openFile logPath WriteMode
+  (_, _, _, ph) <- createProcess (proc (head cmd) (tail cmd))
+    { std_in = NoStream, std_out = UseHandle logH, std_err = UseHandle logH }
+  pid <- maybe (die' ("could not start " ++ unwords cmd)) (return . fromIntegral) =<< getPid ph
+  let server = Server ph pid port
+      wait (0 :: Int) = stopServer server >> die' ("server " ++ label ++ " did not start; see " ++ logPath)
+      wait k = do
+        exited <- getProcessExitCode ph
+        when (exited /= Nothing) $ die' ("server " ++ label ++ " exited; see " ++ logPath)
+        ok <- try (bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \s ->
+                     N.connect s (N.SockAddrInet (fromIntegral port) (N.tupleToHostAddress (127, 0, 0, 1))))
+        case ok of
+          Right () -> return server
+          Left (_ :: IOException) -> threadDelay 20000 >> wait (k - 1)
+  wait 250
+
+stopServer :: Server -> IO ()
+stopServer s = do
+  terminateProcess (srvHandle s)
+  void (waitForProcess (srvHandle s))
+
+withServers :: [(String, String, Int -> [String])] -> ([Server] -> IO a) -> IO a
+withServers specs = bracket (mapM (\(l, c, a) -> startServer l c a) specs) (mapM_ stopServer)
+
+die' :: String -> IO a
+die' msg = hPutStrLn stderr ("weft-bench: " ++ msg) >> exitFailure
+
+-- | CPU ticks (1/100 s) a process has used: user plus system time.
+cpuTicks :: Int -> IO Integer
+cpuTicks pid = do
+  stat <- readFile ("/proc/" ++ show pid ++ "/stat")
+  let fields = words (drop 2 (dropWhile (/= ')') stat))
+  length stat `seq` return (read (fields !! 11) + read (fields !! 12))
+
+-- | Resident memory of a process, in KiB.
+rssKiB :: Int -> IO Double
+rssKiB pid = do
+  status <- readFile ("/proc/" ++ show pid ++ "/status")
+  let rss = [ read (words l !! 1) | l <- lines status, "VmRSS:" `isPrefixOf` l ]
+  length status `seq` return (fromMaybe 0 (safeHead rss))
+  where safeHead xs = if null xs then Nothing else Just (head xs)
+
+resultsDir :: IO FilePath
+resultsDir = do
+  createDirectoryIfMissing True "bench-results"
+  return "bench-results"
+
+-- | Let this process and its children open as many fds as allowed.
+raiseFdLimit :: IO Integer
+raiseFdLimit = do
+  lim <- getResourceLimit ResourceOpenFiles
+  let hard = case hardLimit lim of
+        ResourceLimit h -> h
+        _ -> 1048576
+  setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit hard }
+  return hard
+
+------------------------------------------------------------------------------
+-- One measurement
+
+data Sample = Sample
+  { smRps :: !Double, smCpuPerReq :: !Double, smMean :: !Double, smP50 :: !Double
+  , smP99 :: !Double, smP999 :: !Double, smRss :: !Double, smErrors :: !Double }
+
+-- | Run a load generator against a server (the client command line is
+-- complete); the server's CPU is read once the warm-up is over and again
+-- when the client exits. @midway@ runs halfway through the measured window.
+measure :: Server -> Double -> Double -> [String] -> IO (Map.Map String Double, Double, Double)
+measure srv warmup duration clientCmd = do
+  (_, Just out, Just err, ph) <- createProcess (proc (head clientCmd) (tail clientCmd))
+    { std_out = CreatePipe, std_err = CreatePipe }
+  errText <- newEmptyMVar
+  _ <- forkIO (hGetContents err >>= \t -> length t `seq` putMVar errText t)
+  threadDelay (round (warmup * 1e6))
+  c0 <- cpuTicks (srvPid srv)
+  threadDelay (round (duration * 5e5))
+  rss <- rssKiB (srvPid srv)
+  output <- hGetContents out
+  length output `seq` return ()
+  code <- waitForProcess ph
+  c1 <- cpuTicks (srvPid srv)
+  errs <- takeMVar errText
+  let kv = Map.fromList [ (k, read v) | w <- words output, (k, '=' : v) <- [break (== '=') w]
+                                      , [(_, "")] <- [reads v :: [(Double, String)]] ]
+  when (code /= ExitSuccess || not (Map.member "requests" kv)) $
+    die' ("load generator failed (" ++ show code ++ "): " ++ unwords clientCmd ++ "\n" ++ errs ++ output)
+  return (kv, fromIntegral (c1 - c0) * 10000, rss)
+
+toSample :: (Map.Map String Double, Double, Double) -> Sample
+toSample (kv, cpuMicros, rss) = Sample
+  { smRps = get "rps", smCpuPerReq = cpuMicros / max 1 (get "requests")
+  , smMean = get "mean_us", smP50 = get "p50_us", smP99 = get "p99_us", smP999 = get "p999_us"
+  , smRss = rss, smErrors = get "errors" }
+  where get k = Map.findWithDefault 0 k kv
+
+loadgen :: FilePath -> Settings -> Server -> Int -> [String] -> IO Sample
+loadgen bin st srv n extra = toSample <$> measure srv (setWarmup st) (setDuration st)
+  ( [ "taskset", "-c", clientCores n, bin </> "weft-loadgen", "127.0.0.1", show (srvPort srv)
+    , "--duration", show (setDuration st), "--warmup", show (setWarmup st) ] ++ extra )
+
+------------------------------------------------------------------------------
+-- Interleaving and reporting
+
+-- | One configuration of one arm: a group label, the arm, and how to take
+-- a sample.
+data Cell = Cell { cellGroup :: String, cellArm :: String, cellRun :: IO Sample }
+
+-- | Run every cell once per repetition, in order, printing progress.
+interleave :: String -> Int -> [Cell] -> IO (Map.Map (String, String) [Sample])
+interleave name reps cells = do
+  results <- newIORef Map.empty
+  forM_ [1 .. reps] $ \rep -> forM_ cells $ \c -> do
+    s <- cellRun c
+    printf "  [%s %d/%d] %-14s %-10s %9.0f req/s %7.2f CPU-us/req  p50 %7.1f  p99 %8.1f  p999 %8.1f us%s\n"
+      name rep reps (cellGroup c) (cellArm c) (smRps s) (smCpuPerReq s) (smP50 s) (smP99 s) (smP999 s)
+      (if smErrors s > 0 then printf "  (%.0f errors)" (smErrors s) else "" :: String)
+    modifyIORef' results (Map.insertWith (flip (++)) (cellGroup c, cellArm c) [s])
+  readIORef results
+
+-- | The table of medians, with ratios against the named baselines, written
+-- to bench-results/NAME.csv; returns the rendered table.
+report :: String -> [String] -> [String] -> Bool -> Map.Map (String, String) [Sample] -> IO String
+report name groups arms withRss results = do
+  let get g a f = maybe [] (map f) (Map.lookup (g, a) results)
+      med g a f = median (get g a f)
+      baselines = [ b | b <- ["ghc", "C"], b `elem` arms ]
+      rows = [ [ g, a
+               , printf "%.0f" (med g a smRps), spread (printf "%.0f") (get g a smRps)
+               , printf "%.2f" (med g a smCpuPerReq)
+               , printf "%.1f" (med g a smMean), printf "%.1f" (med g a smP50)
+               , printf "%.1f" (med g a smP99), printf "%.1f" (med g a smP999) ]
+               ++ [ printf "%.0f" (med g a smRss / 1024) | withRss ]
+               ++ concat [ [ ratio (med g a smRps) (med g b smRps)
+                           , ratio (med g a smCpuPerReq) (med g b smCpuPerReq) ]
+                         | b <- baselines ]
+             | g <- groups, a <- arms, Map.member (g, a) results ]
+      ratio x y = if y > 0 then printf "%.2f" (x / y) else "-"
+      header = [ "config", "arm", "req/s", "min–max", "CPU us/req", "mean us", "p50 us", "p99 us", "p999 us" ]
+               ++ [ "RSS MiB" | withRss ]
+               ++ concat [ [ "req/s ÷ " ++ b, "CPU/req ÷ " ++ b ] | b <- baselines ]
+      table = renderTable header rows
+  dir <- resultsDir
+  writeCsv (dir </> (name ++ ".csv")) header rows
+  -- Long form for plots: one line per run.
+  writeFile (dir </> (name ++ "-runs.dat")) $ unlines
+    [ unwords [ show gi, show ai, show (smRps s), show (smCpuPerReq s), show (smP50 s)
+              , show (smP99 s), show (smRss s / 1024) ]
+    | (gi, g) <- zip [0 :: Int ..] groups, (ai, a) <- zip [0 :: Int ..] arms, s <- get g a id ]
+  writeFile (dir </> (name ++ "-medians.dat")) $ unlines $
+    ("# group " ++ unwords [ a ++ "_rps " ++ a ++ "_cpu " ++ a ++ "_p99 " ++ a ++ "_rss" | a <- arms ]) :
+    [ unwords (show gi : concat [ [ show (med g a smRps), show (med g a smCpuPerReq), show (med g a smP99)
+                                  , show (med g a smRss / 1024) ] | a <- arms ])
+    | (gi, g) <- zip [0 :: Int ..] groups ]
+  putStrLn ""
+  putStr table
+  return table
+
+-- | Run gnuplot on a script (written next to the results); a missing
+-- gnuplot only costs the plot.
+plot :: String -> String -> IO ()
+plot name script = do
+  dir <- resultsDir
+  let path = dir </> (name ++ ".gp")
+  writeFile path script
+  r <- try (callProcess "gnuplot" [path])
+  case r of
+    Left (e :: SomeException) -> hPutStrLn stderr ("weft-bench: no plot for " ++ name ++ ": " ++ show e)
+    Right () -> putStrLn ("plot: " ++ (dir </> (name ++ ".png")))
+
+-- | A line plot, written to @output@.png, of one column (0: req/s, 1: CPU
+-- per request, 2: p99, 3: RSS) of @name@'s medians per arm against the
+-- groups.
+linePlot :: String -> String -> String -> String -> String -> [String] -> [String] -> Int -> Bool -> String
+linePlot output name title xlabel ylabel groups arms column logY = unlines $
+  [ "set terminal pngcairo size 900,560"
+  , "set output 'bench-results/" ++ output ++ ".png'"
+  , "set title '" ++ title ++ "'"
+  , "set xlabel '" ++ xlabel ++ "'", "set ylabel '" ++ ylabel ++ "'"
+  , "set key top left", "set grid"
+  , "set xtics (" ++ intercalate ", " [ "'" ++ g ++ "' " ++ show i | (i, g) <- zip [0 :: Int ..] groups ] ++ ")"
+  , "set yrange [0:*]" ]
+  ++ [ "set logscale y" | logY ]
+  ++ [ "plot " ++ intercalate ", "
+       [ "'bench-results/" ++ name ++ "-medians.dat' using 1:" ++ show (2 + 4 * ai + column)
+         ++ " with linespoints lw 2 title '" ++ a ++ "'"
+       | (ai, a) <- zip [0 :: Int ..] arms ] ]
+
+------------------------------------------------------------------------------
+-- simple
+
+-- | SimpleServer, 90-byte requests and 323-byte replies, at each
+-- concurrency, with weft, GHC's manager and the C reference, at -N1 and -N2.
+simpleBench :: Settings -> IO String
+simpleBench st = do
+  _ <- raiseFdLimit
+  bin <- binDir
+  let concs = [1, 16, 64, 400] :: [Int]
+      caps = [1, 2] :: [Int]
+      arms = ["weft", "ghc", "C"]
+  putStrLn "weft-bench simple: SimpleServer (90-byte requests, 323-byte replies), closed loop"
+  tables <- forM caps $ \n -> do
+    let servers =
+          [ ("simple-weft", serverCores n, \p -> [bin </> "weft-simple-server", show p, "90", "323", "--manager", "weft", "+RTS", "-N" ++ show n, "-RTS"])
+          , ("simple-ghc", serverCores n, \p -> [bin </> "weft-simple-server", show p, "90", "323", "--manager", "ghc", "+RTS", "-N" ++ show n, "-RTS"])
+          , ("simple-C", serverCores n, \p -> [bin </> "weft-ref-server", show p, "90", "323", "--threads", show n]) ]
+    withServers servers $ \srvs -> do
+      let groups = [ "N" ++ show n ++ " c=" ++ show c | c <- concs ]
+          cells = [ Cell ("N" ++ show n ++ " c=" ++ show c) a (loadgen bin st srv n ["--conns", show c])
+                  | c <- concs, (a, srv) <- zip arms srvs ]
+      res <- interleave "simple" (setReps st) cells
+      t <- report ("simple-N" ++ show n) groups arms False res
+      plot ("simple-N" ++ show n) (linePlot ("simple-N" ++ show n) ("simple-N" ++ show n)
+        ("SimpleServer, -N" ++ show n ++ ": requests/s (median)") "concurrent connections" "requests/s"
+        (map (drop 1 . dropWhile (/= ' ')) groups) arms 0 False)
+      return t
+  return (concat tables)
+
+------------------------------------------------------------------------------
+-- echo
+
+-- | One-connection ping-pong latency (8 bytes each way): GHC non-threaded,
+-- GHC threaded, weft, and C, with the latency CDF plotted.
+echoBench :: Settings -> IO String
+echoBench st = do
+  bin <- binDir
+  dir <- resultsDir
+  let arms = ["ghc-nonthreaded", "ghc", "weft", "C"]
+      servers =
+        [ ("echo-ghc-nonthreaded", "0", \p -> [bin </> "weft-echo-nonthreaded", show p, "--manager", "ghc"])
+        , ("echo-ghc", "0", \p -> [bin </> "weft-echo", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"])
+        , ("echo-weft", "0", \p -> [bin </> "weft-echo", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
+        , ("echo-C", "0", \p -> [bin </> "weft-ref-server", show p, "0", "0", "--echo"]) ]
+  putStrLn "weft-bench echo: one connection, 8-byte ping-pong, closed loop"
+  withServers servers $ \srvs -> do
+    let cdf a = dir </> ("echo-cdf-" ++ a ++ ".dat")
+        cells = [ Cell "1 conn" a (loadgen bin st srv 1 ["--conns", "1", "--req", "8", "--reply", "8", "--cdf", cdf a])
+                | (a, srv) <- zip arms srvs ]
+    res <- interleave "echo" (setReps st) cells
+    t <- report "echo" ["1 conn"] arms False res
+    plot "echo-cdf" $ unlines
+      [ "set terminal pngcairo size 900,560"
+      , "set output 'bench-results/echo-cdf.png'"
+      , "set title 'Echo round-trip latency CDF (last repetition)'"
+      , "set xlabel 'round-trip time (us)'", "set ylabel 'fraction of round trips'"
+      , "set key bottom right", "set grid", "set xrange [0:100]", "set yrange [0:1]"
+      , "plot " ++ intercalate ", " [ "'" ++ cdf a ++ "' using 1:2 with lines lw 2 title '" ++ a ++ "'" | a <- arms ] ]
+    return t
+
+------------------------------------------------------------------------------
+-- pong
+
+-- | HTTP keep-alive pong under wrk: weft-pong on weft and on GHC's
+-- manager, and nginx, each on one core.
+pongBench :: Settings -> IO String
+pongBench st = do
+  _ <- raiseFdLimit
+  bin <- binDir
+  dir <- resultsDir
+  absDir <- makeAbsolute dir
+  let arms = ["weft", "ghc", "nginx"]
+      concs = [16, 64, 400] :: [Int]
+      script = absDir </> "wrk-report.lua"
+      nginxDir = absDir </> "nginx"
+  writeFile script wrkScript
+  createDirectoryIfMissing True nginxDir
+  let nginxConf p = nginxDir </> ("nginx-" ++ show p ++ ".conf")
+      startNginx p = do
+        writeFile (nginxConf p) (nginxConfig nginxDir p)
+        return ["nginx", "-c", nginxConf p, "-p", nginxDir]
+  nginxPort <- freePort
+  nginxArgv <- startNginx nginxPort
+  let servers =
+        [ ("pong-weft", "0", \p -> [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
+        , ("pong-ghc", "0", \p -> [bin </> "weft-pong", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"]) ]
+  putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core"
+  withServers servers $ \srvs -> bracket (startNginxOn nginxPort nginxArgv) stopServer $ \ngx -> do
+    let wrk srv c = do
+          let url = "http://127.0.0.1:" ++ show (srvPort srv) ++ "/"
+              secs = show (max 1 (round (setDuration st) :: Int)) ++ "s"
+          -- An unmeasured warm-up, then the measured run.
+          _ <- readProcessWithExitCode "taskset" ["-c", "1", "wrk", "-t1", "-c" ++ show c, "-d1s", url] ""
+          toSample <$> measure srv 0 (fromIntegral (max 1 (round (setDuration st) :: Int)))
+            ["taskset", "-c", "1", "wrk", "-t1", "-c" ++ show c, "-d" ++ secs, "-s", script, url]
+        groups = [ "c=" ++ show c | c <- concs ]
+        cells = [ Cell ("c=" ++ show c) a (wrk srv c) | c <- concs, (a, srv) <- zip arms (srvs ++ [ngx]) ]
+    res <- interleave "pong" (setReps st) cells
+    t <- report "pong" groups arms False res
+    plot "pong" (linePlot "pong" "pong" "HTTP pong under wrk, one server core: requests/s (median)"
+                  "wrk connections" "requests/s" (map (drop 2) groups) arms 0 False)
+    return t
+  where
+    startNginxOn port argv = do
+      let cmd = ["taskset", "-c", "0"] ++ argv
+      (_, _, _, ph) <- createProcess (proc (head cmd) (tail cmd)) { std_in = NoStream }
+      pid <- maybe (die' "could not start nginx") (return . fromIntegral) =<< getPid ph
+      let srv = Server ph pid port
+          wait (0 :: Int) = stopServer srv >> die' "nginx did not start"
+          wait k = do
+            ok <- try (bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \s ->
+                         N.connect s (N.SockAddrInet (fromIntegral port) (N.tupleToHostAddress (127, 0, 0, 1))))
+            case ok of
+              Right () -> return srv
+              Left (_ :: IOException) -> threadDelay 20000 >> wait (k - 1)
+      wait 250
+
+-- | wrk's report in weft-loadgen's key=value form (latencies in us).
+wrkScript :: String
+wrkScript = unlines
+  [ "done = function(summary, latency, requests)"
+  , "  local e = summary.errors"
+  , "  io.write(string.format(\"requests=%d seconds=%.3f rps=%.1f mean_us=%.1f p50_us=%.1f p99_us=%.1f p999_us=%.1f errors=%d\\n\","
+  , "    summary.requests, summary.duration / 1e6, summary.requests / (summary.duration / 1e6),"
+  , "    latency.mean, latency:percentile(50), latency:percentile(99), latency:percentile(99.9),"
+  , "    e.connect + e.read + e.write + e.status + e.timeout))"
+  , "end" ]
+
+-- | One nginx process (no master), serving the pong body on loopback.
+nginxConfig :: FilePath -> Int -> String
+nginxConfig dir port = unlines
+  [ "daemon off;", "master_process off;", "worker_processes 1;"
+  , "error_log " ++ dir </> "error.log" ++ " warn;", "pid " ++ dir </> ("nginx-" ++ show port ++ ".pid") ++ ";"
+  , "worker_rlimit_nofile 65536;"
+  , "events { worker_connections 20000; }"
+  , "http {"
+  , "  access_log off;", "  keepalive_requests 100000000;", "  keepalive_timeout 60s;"
+  , "  client_body_temp_path " ++ dir </> "tmp" ++ ";", "  proxy_temp_path " ++ dir </> "tmp" ++ ";"
+  , "  fastcgi_temp_path " ++ dir </> "tmp" ++ ";", "  uwsgi_temp_path " ++ dir </> "tmp" ++ ";"
+  , "  scgi_temp_path " ++ dir </> "tmp" ++ ";"
+  , "  server {"
+  , "    listen 127.0.0.1:" ++ show port ++ ";"
+  , "    location / { default_type text/plain; return 200 \"PONG\"; }"
+  , "  }"
+  , "}" ]
+
+------------------------------------------------------------------------------
+-- idle
+
+-- | 64 active SimpleServer connections next to many idle ones: active
+-- throughput and server memory, weft against GHC's manager.
+idleBench :: Settings -> IO String
+idleBench st = do
+  hard <- raiseFdLimit
+  bin <- binDir
+  let arms = ["weft", "ghc"]
+      -- Both the server and the load generator hold every connection, so
+      -- the fd limit bounds the idle count.
+      room = fromIntegral hard - 500 :: Int
+      wanted = [0, 1000, 10000, 20000] ++ [ 50000 | setLong st ]
+      levels = nub [ min room k | k <- wanted ]
+  when (room < 20000) $ printf "note: the fd limit is %d, so the largest idle level is %d, not 20000\n" hard room
+  putStrLn "weft-bench idle: 64 active SimpleServer connections plus idle ones, servers on one core"
+  results <- newIORef Map.empty
+  forM_ [1 .. setReps st] $ \rep -> do
+    -- Fresh servers each repetition, so memory reflects the levels run so far.
+    let servers =
+          [ ("idle-" ++ a, "0", \p -> [bin </> "weft-simple-server", show p, "90", "323", "--manager", a, "+RTS", "-N1", "-RTS"])
+          | a <- arms ]
+    withServers servers $ \srvs -> do
+      let cells = [ Cell ("idle=" ++ show k) a (loadgen bin st srv 1
+                      ["--conns", "64", "--idle", show k, "--src-addrs", "4", "--connect-timeout", "30"])
+                  | k <- levels, (a, srv) <- zip arms srvs ]
+      r <- interleave "idle" 1 cells
+      printf "  (repetition %d/%d done)\n" rep (setReps st)
+      modifyIORef' results (Map.unionWith (++) r)
+  res <- readIORef results
+  let groups = [ "idle=" ++ show k | k <- levels ]
+  t <- report "idle" groups arms True res
+  plot "idle" (linePlot "idle" "idle" "64 active connections beside idle ones: active requests/s (median)"
+                "idle connections" "requests/s" (map (drop 5) groups) arms 0 False)
+  plot "idle-rss" (linePlot "idle-rss" "idle" "Server RSS with idle connections (MiB, median)"
+                "idle connections" "MiB" (map (drop 5) groups) arms 3 False)
+  return t
