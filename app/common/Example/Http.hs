@@ -252,13 +252,13 @@ versionShaped v = B.length v == 8 && versionPrefix v
 
 -- | Whether the bytes could begin a version of the shape @HTTP/d.d@.
 versionPrefix :: ByteString -> Bool
-versionPrefix v = B.length v <= 8 && and (zipWith ok [0 ..] (B.unpack v))
+versionPrefix v = n <= 8 && B.take 5 v `B.isPrefixOf` "HTTP/" && ok 5
   where
-    ok :: Int -> Word8 -> Bool
-    ok i b
-      | i < 5 = b == B.index "HTTP/" i
-      | i == 6 = b == 0x2E -- '.'
-      | otherwise = isDigit b
+    n = B.length v
+    ok !i
+      | i >= n = True
+      | i == 6 = unsafeIndex v i == 0x2E && ok (i + 1) -- '.'
+      | otherwise = isDigit (unsafeIndex v i) && ok (i + 1)
 
 -- | What the headers say about framing and the connection.
 data Fields = Fields
@@ -366,11 +366,15 @@ isSpaceOrControl b = b <= space || b == 0x7F
 isValueByte :: Word8 -> Bool
 isValueByte b = b == 0x09 || (b >= space && b /= 0x7F)
 
--- | RFC 9110 @tchar@: letters, digits and @!#$%&'*+-.^_`|~@.
+-- | RFC 9110 @tchar@: letters, digits and @!#$%&'*+-.^_`|~@. Called for
+-- every byte of methods and header names, hence plain comparisons.
 isTokenByte :: Word8 -> Bool
-isTokenByte b =
-  (b >= 0x61 && b <= 0x7A) || (b >= 0x41 && b <= 0x5A) || isDigit b
-    || B.elem b "!#$%&'*+-.^_`|~"
+isTokenByte b
+  | b >= 0x5E = b <= 0x7A || b == 0x7C || b == 0x7E -- ^ _ ` a-z | ~
+  | b >= 0x41 = b <= 0x5A -- A-Z
+  | b >= 0x30 = b <= 0x39 -- 0-9
+  | otherwise = b == 0x21 || (b >= 0x23 && b <= 0x27) || b == 0x2A || b == 0x2B
+      || b == 0x2D || b == 0x2E -- ! # $ % & ' * + - .
 
 -- | Serve one connection until it should close.
 --
