@@ -43,7 +43,7 @@ import Data.Word (Word8)
 pongResponse :: ByteString
 pongResponse = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nPONG"
 
--- | Per-connection resource limits. All must be positive.
+-- | Per-connection resource limits. None may be negative.
 data Limits = Limits
   { maxHeaderBytes :: !Int
     -- ^ Longest request head in bytes: any leading empty lines, the request
@@ -274,23 +274,30 @@ noFields = Fields Nothing False False False
 
 -- | Check one header line (line end removed) and note what matters.
 headerLine :: ByteString -> Fields -> Either HttpError Fields
-headerLine l fields
+headerLine l fields = case B.uncons rest of
+  Just (0x3A, afterColon) | not (B.null name) ->
+    let value = trimBlanks afterColon
+    in if B.any (not . isValueByte) value then bad "invalid header value"
+       else case B.length name of
+         -- Dispatching on the length first keeps the common case, a header
+         -- we ignore, to one comparison.
+         14 | name `equalsLower` "content-length" -> contentLength value
+         17 | name `equalsLower` "transfer-encoding" ->
+           Right fields { fieldTransferEncoding = True }
+         10 | name `equalsLower` "connection" ->
+           Right (foldr connection fields (B.split 0x2C value))
+         _ -> Right fields
   -- A line starting with whitespace continues the previous one (obs-fold);
   -- RFC 9112 lets a server reject it, and unfolding is not worth the risk.
-  | byteAt l 0 == 0x20 || byteAt l 0 == 0x09 = bad "obsolete line folding"
-  | B.null name || B.take 1 rest /= ":" = bad "invalid header name"
-  | B.any (not . isValueByte) value = bad "invalid header value"
-  | name `equalsLower` "content-length" = contentLength
-  | name `equalsLower` "transfer-encoding" = Right fields { fieldTransferEncoding = True }
-  | name `equalsLower` "connection" = Right (foldr connection fields (B.split 0x2C value))
-  | otherwise = Right fields
+  _ | B.null name && startsBlank -> bad "obsolete line folding"
+    | otherwise -> bad "invalid header name"
   where
     -- A name is a token, so whitespace before the colon fails here (400,
     -- as RFC 9112 section 5.1 requires).
     (name, rest) = B.span isTokenByte l
-    value = trimBlanks (B.drop 1 rest)
+    startsBlank = maybe False (isBlank . fst) (B.uncons l)
 
-    contentLength
+    contentLength value
       | B.null value || B.any (not . isDigit) value = bad "invalid Content-Length"
       | otherwise = case fieldContentLength fields of
           Just previous | previous /= digits -> bad "conflicting Content-Length"
@@ -370,7 +377,7 @@ isValueByte b = b == 0x09 || (b >= space && b /= 0x7F)
 -- every byte of methods and header names, hence plain comparisons.
 isTokenByte :: Word8 -> Bool
 isTokenByte b
-  | b >= 0x5E = b <= 0x7A || b == 0x7C || b == 0x7E -- ^ _ ` a-z | ~
+  | b >= 0x5E = b <= 0x7A || b == 0x7C || b == 0x7E -- caret, _, `, a-z, |, ~
   | b >= 0x41 = b <= 0x5A -- A-Z
   | b >= 0x30 = b <= 0x39 -- 0-9
   | otherwise = b == 0x21 || (b >= 0x23 && b <= 0x27) || b == 0x2A || b == 0x2B
@@ -381,7 +388,8 @@ isTokenByte b
 -- @recv@ returns the next chunk of input, empty at end of stream.
 -- @sendMany@ must send all the given chunks, in order (a gather write).
 --
--- Requests are answered in order with 'pongResponse'. All the requests
+-- Requests are answered in order with 'pongResponse' (its head alone for
+-- @HEAD@ requests, which must not get a body). All the requests
 -- completed by one chunk of input (pipelining) are answered in one
 -- @sendMany@ call, so a pipelined burst costs one write. Request bodies are
 -- discarded as they arrive, never buffered; an incomplete head is buffered
@@ -410,8 +418,10 @@ servePong lim recv sendMany = await B.empty 0
         then return ()
         else if skip >= B.length chunk
           then await pending (skip - B.length chunk)
-          -- Appending copies, but pending is bounded by the limit, so a
-          -- head trickling in costs at most limit bytes per chunk.
+          -- Appending copies, and parseRequest rescans from the start,
+          -- but pending is bounded by the limit, so a head trickling in
+          -- costs at most a limit's worth of work per chunk, and appending
+          -- to an empty pending (the common case) copies nothing.
           else answer (pending <> B.drop skip chunk) []
 
     -- Take every complete request off the buffer; queued answers are kept
@@ -426,7 +436,16 @@ servePong lim recv sendMany = await B.empty 0
         where
           rest = B.drop used buf
           body = requestBodyLength req
-          queued' = pongResponse : queued
+          queued' = pongFor req : queued
 
     send [] = return ()
     send queued = sendMany (reverse queued)
+
+-- | The answer to a request: 'pongResponse', without its body for @HEAD@.
+-- A HEAD response announces the length a GET would have but must not carry
+-- the bytes (RFC 9110, section 9.3.2); sending them would make the client
+-- read @PONG@ as the start of the next response.
+pongFor :: Request -> ByteString
+pongFor req
+  | requestMethod req == "HEAD" = B.take (B.length pongResponse - 4) pongResponse
+  | otherwise = pongResponse
