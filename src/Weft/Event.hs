@@ -8,6 +8,7 @@ module Weft.Event
   ( -- * Managers
     Manager
   , getSystemManager
+  , startSystemManagers
   , systemManagers
   , newManager
   , shutdownManager

@@ -1,4 +1,4 @@
-{-# LANGUAGE BangPatterns #-}
+{-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
 -- | Sockets served by weft's managers: TCP and UDP with blocking-looking
 -- calls for thread-per-connection code, and a server loop.
 --
@@ -79,6 +79,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
+import Weft.Event.System (startSystemManagers)
 import Weft.Internal.Counters
 import Weft.Net.Socket hiding (recvBuf)
 import qualified Weft.Net.Socket as S
@@ -474,9 +475,13 @@ reportUnusual peer e = case fromException e of
 -- 'serverOnException' and never stops the server. Handler threads are
 -- placed on the capabilities round-robin (with 'serverReusePort', on their
 -- acceptor's capability). Accepting rides out fd exhaustion
--- ('acceptLoop'). Throws an 'IOError' if the address cannot be bound.
+-- ('acceptLoop'); every capability's manager is started first, so fd
+-- exhaustion cannot keep one from starting. Throws an 'IOError' if the
+-- address cannot be bound.
 serve :: ServerConfig -> SockAddr -> (Socket -> SockAddr -> IO ()) -> IO ()
 serve cfg addr handler = do
+  -- Out of fds later, a manager could not start: start them all now.
+  startSystemManagers
   caps <- getNumCapabilities
   if serverReusePort cfg
     then do
@@ -538,7 +543,10 @@ acceptLoop l handOff = go Nothing
                 ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
                  ++ "; pausing accepts, open connections are still served")
               let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
-              Weft.threadDelay delay
+              -- Out of fds, weft may be unable to start this capability's
+              -- manager for the delay: fall back to GHC's timer then, so
+              -- the loop never dies of the exhaustion it rides out.
+              Weft.threadDelay delay `catch` \(_ :: IOException) -> threadDelay delay
               go (Just delay)
           | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff
           | otherwise -> throwIO e

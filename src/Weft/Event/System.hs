@@ -11,6 +11,7 @@
 -- wakes them so that happens at once.
 module Weft.Event.System
   ( getSystemManager
+  , startSystemManagers
   , systemManagers
   , systemBackendKind
   , setSystemBackend
@@ -72,6 +73,15 @@ start cap = do
                  | otherwise = Nothing
         writeIORef systemRef (fromListN size (map at [0 .. size - 1]))
         return (Just kind, m)
+
+-- | Start the system manager of every capability now, rather than on
+-- first use: a server calls this before it accepts, so that running out of
+-- fds later cannot keep a manager from starting. Throws an 'IOError' as
+-- 'getSystemManager' does.
+startSystemManagers :: IO ()
+startSystemManagers = do
+  n <- Conc.getNumCapabilities
+  mapM_ start [0 .. n - 1]
 
 -- | Every system manager started so far.
 systemManagers :: IO [Manager]
