@@ -85,12 +85,17 @@ freePort = bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \s 
   N.bind s (N.SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
   fromIntegral <$> N.socketPort s
 
--- | Start a server pinned to the cores, and wait until it accepts
--- connections. @argv port@ gives its command line.
+-- | Start a server pinned to the cores on a free port, and wait until it
+-- accepts connections. @argv port@ gives its command line.
 startServer :: String -> String -> (Int -> [String]) -> IO Server
 startServer label cores argv = do
   port <- freePort
-  let cmd = "taskset" : "-c" : cores : argv port
+  startServerOn label cores port (argv port)
+
+-- | 'startServer' on a given port, with a complete command line.
+startServerOn :: String -> String -> Int -> [String] -> IO Server
+startServerOn label cores port argv = do
+  let cmd = "taskset" : "-c" : cores : argv
   logPath <- (</> ("server-" ++ label ++ ".log")) <$> resultsDir
   logH <- openFile logPath WriteMode
   (_, _, _, ph) <- createProcess (proc (head cmd) (tail cmd))
@@ -367,7 +372,7 @@ pongBench st = do
         [ ("pong-weft", "0", \p -> [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
         , ("pong-ghc", "0", \p -> [bin </> "weft-pong", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"]) ]
   putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core"
-  withServers servers $ \srvs -> bracket (startNginxOn nginxPort nginxArgv) stopServer $ \ngx -> do
+  withServers servers $ \srvs -> bracket (startServerOn "nginx" "0" nginxPort nginxArgv) stopServer $ \ngx -> do
     let wrk srv c = do
           let url = "http://127.0.0.1:" ++ show (srvPort srv) ++ "/"
               secs = show (max 1 (round (setDuration st) :: Int)) ++ "s"
@@ -382,20 +387,6 @@ pongBench st = do
     plot "pong" (linePlot "pong" "pong" "HTTP pong under wrk, one server core: requests/s (median)"
                   "wrk connections" "requests/s" (map (drop 2) groups) arms 0 False)
     return t
-  where
-    startNginxOn port argv = do
-      let cmd = ["taskset", "-c", "0"] ++ argv
-      (_, _, _, ph) <- createProcess (proc (head cmd) (tail cmd)) { std_in = NoStream }
-      pid <- maybe (die' "could not start nginx") (return . fromIntegral) =<< getPid ph
-      let srv = Server ph pid port
-          wait (0 :: Int) = stopServer srv >> die' "nginx did not start"
-          wait k = do
-            ok <- try (bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \s ->
-                         N.connect s (N.SockAddrInet (fromIntegral port) (N.tupleToHostAddress (127, 0, 0, 1))))
-            case ok of
-              Right () -> return srv
-              Left (_ :: IOException) -> threadDelay 20000 >> wait (k - 1)
-      wait 250
 
 -- | wrk's report in weft-loadgen's key=value form (latencies in us).
 wrkScript :: String

@@ -103,6 +103,14 @@ spec kind = describe "Weft.Net" $ do
     eventually "server connections closed" ((<= fds0) <$> countFds)
     eventually "watches ended" ((== 0) <$> liveWatches)
 
+  it "serves with one SO_REUSEPORT listener per capability" $
+    withWeftServer W.defaultServerConfig { W.serverReusePort = True } echo $ \addr ->
+      within 10 "clients" $ forConcurrently_ [1 .. 20 :: Int] $ \i ->
+        bracket (connectClient addr) N.close $ \c -> do
+          let msg = BC.pack (show i)
+          NB.sendAll c msg
+          recvExactly c (B.length msg) `shouldReturn` msg
+
   when (kind == E.EPollBackend) $
     it "waits cost no epoll_ctl once a socket is watched" $ withPair $ \(c, srv) -> do
       W.sendAll c (BC.pack "x")
