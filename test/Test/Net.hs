@@ -227,7 +227,7 @@ spec kind = describe "Weft.Net" $ do
 
   it "rides out EMFILE at accept: open connections are served, accepting resumes" $ do
     served <- newIORef (0 :: Int)
-    let handler s a = modifyIORef' served (+ 1) >> echo s a
+    let handler s a = atomicModifyIORef' served (\n -> (n + 1, ())) >> echo s a
     withWeftServer W.defaultServerConfig handler $ \addr -> do
       -- Client sockets made before the limit drops; connecting needs no fd.
       clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
