@@ -189,7 +189,10 @@ spec kind = describe "Weft.Net" $ do
       -- Still serving.
       bracket (connectClient addr) N.close $ \c2 -> NB.sendAll c2 (BC.pack "b")
       r2 <- within 2 "next client served" (takeMVar outcome)
-      either (const False) (const True) (r2 :: Either SomeException B.ByteString) `shouldBe` True
+      -- The handler read "b", then the end of the stream.
+      case r2 of
+        Right rest -> rest `shouldBe` B.empty
+        Left e -> expectationFailure ("the next client's connection failed: " ++ show (e :: SomeException))
 
   it "a half-close is an end of stream, and the other direction still works" $ withPair $ \(c, srv) -> do
     W.sendAll c (BC.pack "last words")
