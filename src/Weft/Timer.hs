@@ -12,6 +12,7 @@ module Weft.Timer
   , registerTimeout
   , updateTimeout
   , unregisterTimeout
+  , cancelTimeout
   , registerDelayWithKey
   ) where
 
@@ -44,6 +45,13 @@ updateTimeout _ = M.updateTimeout
 -- manager argument is ignored, as for 'updateTimeout'.
 unregisterTimeout :: TimerManager -> TimeoutKey -> IO ()
 unregisterTimeout _ = M.unregisterTimeout
+
+-- | Cancel a pending timer and say whether this call did it: 'True' means
+-- the callback has not run and never will; 'False' means it already fired
+-- (or is firing) or was cancelled before. Exactly one of the callback and a
+-- 'True' happens.
+cancelTimeout :: TimeoutKey -> IO Bool
+cancelTimeout = M.unregisterTimeout_
 
 -- | 'Weft.registerDelay' with the key that cancels it: after
 -- 'unregisterTimeout', the 'TVar' stays 'False'.
