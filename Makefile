@@ -9,7 +9,7 @@ CABAL_HOME := $(CURDIR)/.cabal-home
 CABAL := env CABAL_DIR=$(CABAL_HOME) cabal --config-file=$(CURDIR)/cabal.config
 
 DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
-                libghc-primitive-dev libghc-async-dev libghc-psqueues-dev \
+                libghc-primitive-dev libghc-async-dev \
                 libghc-network-dev gcc make wrk nginx-light gnuplot-nox
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 

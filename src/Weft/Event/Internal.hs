@@ -93,7 +93,9 @@ type EventHandler = Fd -> Word32 -> Event -> IO ()
 -- | How long 'backendPoll' may block.
 data PollTimeout
   = NoWait                        -- ^ Return at once (an unsafe foreign call).
-  | WaitMillis {-# UNPACK #-} !Int -- ^ Block at most this many milliseconds.
+  | WaitNanos {-# UNPACK #-} !Int  -- ^ Block at most this many nanoseconds
+                                  --   (backends without sub-millisecond
+                                  --   timeouts round up).
   | WaitForever                   -- ^ Block until an event or a wakeup.
   deriving (Eq, Show)
 

@@ -100,7 +100,6 @@ import Control.Concurrent.STM
 import Control.Exception
 import Control.Monad
 import Data.IORef
-import qualified Data.IntPSQ as PSQ
 import Data.Bits ((.&.), (.|.))
 import Data.Word (Word32, Word64)
 import Foreign.C.Error (Errno, eBADF, ePERM, errnoToIOError)
@@ -118,6 +117,7 @@ import qualified Weft.Event.FdTable as FT
 import Weft.Event.Internal
 import Weft.Event.Slot
 import Weft.Internal.Counters
+import qualified Weft.Timer.Wheel as W
 
 ------------------------------------------------------------------------------
 -- Types
@@ -149,7 +149,6 @@ data TimerAction
   = TimerCallback (IO ())
   | TimerWake !(MVar Bool)   -- ^ 'True' on expiry, 'False' if the manager stops
 
-type TimerQueue = PSQ.IntPSQ Word64 TimerAction
 
 -- | A callback for 'registerTimeout', run on the dispatcher thread; the same
 -- rules as for 'IOCallback' apply.
@@ -164,20 +163,21 @@ data Manager = Manager
   , mgrTable    :: !(FT.FdTable Slot)
   , mgrWatches  :: !(FT.FdTable (IORef (Maybe Watch)))
   , mgrCounters :: !Counters
-  , mgrTimers   :: !(IORef TimerQueue)
+  , mgrTimers   :: !(W.Wheel TimerAction)
   , mgrFinished :: !(MVar ())
   }
 
 instance Eq Manager where
   a == b = mgrId a == mgrId b
 
--- | Names one timer; valid with the manager that made it.
-data TimeoutKey = TimeoutKey !Manager {-# UNPACK #-} !Int
+-- | Names one timer: its manager, and its wheel entry and generation
+-- ("Weft.Timer.Wheel"). A key outlives its timer harmlessly.
+data TimeoutKey = TimeoutKey !Manager {-# UNPACK #-} !Int {-# UNPACK #-} !Int
 
 instance Eq TimeoutKey where
-  TimeoutKey m a == TimeoutKey n b = a == b && m == n
+  TimeoutKey m a g == TimeoutKey n b h = a == b && g == h && m == n
 instance Ord TimeoutKey where
-  compare (TimeoutKey m a) (TimeoutKey n b) = compare (mgrId m, a) (mgrId n, b)
+  compare (TimeoutKey m a g) (TimeoutKey n b h) = compare (mgrId m, a, g) (mgrId n, b, h)
 
 -- Counter indices.
 cState, cStop, cKeys, cInflight, cBlockingPolls, cPolls, cEvents, cWakeups,
@@ -207,7 +207,7 @@ newManager kind cap = do
   table <- FT.new $ \_ -> Slot <$> newMVar emptySlotState <*> newEmptyMVar <*> newEmptyMVar
   watches <- FT.new $ \_ -> newIORef Nothing
   counters <- newCounters nCounters
-  timers <- newIORef PSQ.empty
+  timers <- W.new . W.nowTick =<< getMonotonicTimeNSec
   finished <- newEmptyMVar
   let mgr = Manager ident cap backend table watches counters timers finished
   startDispatcher mgr
@@ -312,6 +312,7 @@ dispatcher mgr = do
         bumpCounter c cEvents n
         return n
       writeCounter c cState sRunning
+      W.setPlanned (mgrTimers mgr) 0
       return n
     -- After 'setNumCapabilities' shrank and grew again, the dispatcher may
     -- have been moved off its capability; it restarts itself there.
@@ -371,18 +372,22 @@ finish mgr = do
   backendClose (mgrBackend mgr)
   putMVar (mgrFinished mgr) ()
 
--- | How long the blocking poll may wait: until the earliest timer, rounded
--- up to whole milliseconds so a timer never fires early.
+-- | How long the blocking poll may wait: until the start of the tick of the
+-- next expiry, in nanoseconds. Called after the dispatcher published
+-- 'sBlocking'; it records that tick as the planned wake-up, under the wheel
+-- lock, so that a timer registered later and due earlier wakes the
+-- dispatcher (Note [Waking the dispatcher for a timer]).
 pollTimeout :: Manager -> IO PollTimeout
 pollTimeout mgr = do
-  q <- readIORef (mgrTimers mgr)
-  case PSQ.findMin q of
-    Nothing -> return WaitForever
-    Just (_, deadline, _) -> do
-      now <- getMonotonicTimeNSec
-      if deadline <= now then return NoWait else do
-        let ms = (deadline - now + 999999) `quot` 1000000
-        return (WaitMillis (fromIntegral (min ms 0x7fffffff)))
+  let w = mgrTimers mgr
+  next <- W.withLock w $ do
+    t <- W.nextExpiry w
+    W.setPlanned w t
+    return t
+  if next == W.noExpiry then return WaitForever else do
+    now <- getMonotonicTimeNSec
+    let due = W.tickStartNs next
+    return (if due <= now then NoWait else WaitNanos (fromIntegral (due - now)))
 
 -- | The backend's handler: apply one reported event to its watch or slot.
 onEvent :: Manager -> EventHandler
@@ -794,43 +799,62 @@ withLiveBackend mgr act = do
 ------------------------------------------------------------------------------
 -- Timers
 
+-- Note [Waking the dispatcher for a timer]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A dispatcher about to block publishes 'sBlocking', then, under the wheel
+-- lock, reads the next expiry and records it as its planned wake-up; once
+-- awake it resets the plan to 0. A registrar inserts under the same lock
+-- and compares its deadline with the plan: only a timer due before the plan
+-- calls 'wakeManager'. Either the registrar's insert precedes the
+-- dispatcher's read (which then sees the timer), or it follows it, and then
+-- the registrar sees both the plan and 'sBlocking'. While the dispatcher is
+-- running the plan is 0 and nobody wakes it: it expires timers on every
+-- pass. So a register, an update or a cancel that does not move the
+-- earliest deadline earlier costs no syscall.
+
 -- | Run a callback on the manager's dispatcher after at least the given
--- number of microseconds (a negative delay counts as 0). Resolution is the
--- backend's poll timeout: whole milliseconds, rounded up, so a timer never
--- fires early. If the manager is shut down first, the callback is dropped.
+-- number of microseconds (a negative delay counts as 0). The timer never
+-- fires early, and normally fires within one tick ('W.tickNs', 16.4 µs) of
+-- its deadline plus the kernel's timer slack and scheduling. If the manager
+-- is shut down first, the callback is dropped.
 registerTimeout :: Manager -> Int -> TimeoutCallback -> IO TimeoutKey
 registerTimeout mgr us cb = registerTimer mgr us (TimerCallback cb)
 
 registerTimer :: Manager -> Int -> TimerAction -> IO TimeoutKey
 registerTimer mgr us action = do
-  key <- nextKey mgr
-  deadline <- deadlineAfter us
-  earliest <- atomicModifyIORef' (mgrTimers mgr) $ \q ->
-    (PSQ.insert key deadline action q, maybe True (\(_, p, _) -> deadline < p) (PSQ.findMin q))
+  t <- deadlineAfter us
+  let w = mgrTimers mgr
+  (i, g, early) <- W.withLock w $ do
+    (i, g) <- W.insert w t action
+    p <- W.planned w
+    return (i, g, t < p)
   halt <- stopped mgr
   if halt
     then abortTimers mgr
-    else when earliest (wakeManager mgr)
-  return (TimeoutKey mgr key)
+    else when early (wakeManager mgr)
+  return (TimeoutKey mgr i g)
+{-# INLINE registerTimer #-}
 
-deadlineAfter :: Int -> IO Word64
+-- | The deadline tick of a delay in microseconds from now.
+deadlineAfter :: Int -> IO Int
 deadlineAfter us = do
   now <- getMonotonicTimeNSec
   -- Clamp so that maxBound microseconds does not wrap around.
   let ns = fromIntegral (min (max 0 us) (maxBound `quot` 1000)) * 1000 :: Word64
-  return (now + ns)
+  return (W.deadlineTick (now + min ns (maxBound - now)))
+{-# INLINE deadlineAfter #-}
 
 -- | Move a pending timer's deadline to the given number of microseconds from
 -- now. Does nothing if it already fired or was cancelled.
 updateTimeout :: TimeoutKey -> Int -> IO ()
-updateTimeout (TimeoutKey mgr key) us = do
-  deadline <- deadlineAfter us
-  earliest <- atomicModifyIORef' (mgrTimers mgr) $ \q ->
-    case PSQ.lookup key q of
-      Nothing -> (q, False)
-      Just (_, action) ->
-        (PSQ.insert key deadline action q, maybe True (\(_, p, _) -> deadline < p) (PSQ.findMin q))
-  when earliest (wakeManager mgr)
+updateTimeout (TimeoutKey mgr i g) us = do
+  t <- deadlineAfter us
+  let w = mgrTimers mgr
+  early <- W.withLock w $ do
+    found <- W.reschedule w i g t
+    p <- W.planned w
+    return (found && t < p)
+  when early (wakeManager mgr)
 
 -- | Cancel a pending timer. Does nothing if it already fired.
 unregisterTimeout :: TimeoutKey -> IO ()
@@ -839,32 +863,29 @@ unregisterTimeout k = void (unregisterTimeout_ k)
 -- | 'unregisterTimeout', returning whether the timer was still pending (so
 -- it will now never fire).
 unregisterTimeout_ :: TimeoutKey -> IO Bool
-unregisterTimeout_ (TimeoutKey mgr key) =
-  atomicModifyIORef' (mgrTimers mgr) $ \q ->
-    case PSQ.deleteView key q of
-      Nothing -> (q, False)
-      Just (_, _, q') -> (q', True)
+unregisterTimeout_ (TimeoutKey mgr i g) =
+  let w = mgrTimers mgr in W.withLock w (W.cancel w i g)
 
+-- | Fire the timers that are due, outside the wheel lock, each guarded.
 runExpiredTimers :: Manager -> IO ()
 runExpiredTimers mgr = do
-  q <- readIORef (mgrTimers mgr)
-  case PSQ.findMin q of
-    Nothing -> return ()
-    Just (_, first, _) -> do
-      now <- getMonotonicTimeNSec
-      when (first <= now) $ do
-        expired <- atomicModifyIORef' (mgrTimers mgr) $ \q' ->
-          let (xs, rest) = PSQ.atMostView now q' in (rest, xs)
-        bumpCounter (mgrCounters mgr) cTimersFired (length expired)
-        runCallbacks mgr [ fire a | (_, _, a) <- expired ]
+  let w = mgrTimers mgr
+  first <- W.earliest w
+  when (first /= W.noExpiry) $ do
+    now <- W.nowTick <$> getMonotonicTimeNSec
+    when (first <= now) $ do
+      expired <- W.withLock w (W.expire w now)
+      bumpCounter (mgrCounters mgr) cTimersFired (length expired)
+      runCallbacks mgr (map fire expired)
   where
     fire (TimerCallback cb) = cb
     fire (TimerWake cell) = void (tryPutMVar cell True)
 
 abortTimers :: Manager -> IO ()
 abortTimers mgr = do
-  pending <- atomicModifyIORef' (mgrTimers mgr) (\q -> (PSQ.empty, PSQ.toList q))
-  forM_ pending $ \(_, _, a) -> case a of
+  let w = mgrTimers mgr
+  pending <- W.withLock w (W.drain w)
+  forM_ pending $ \a -> case a of
     TimerWake cell -> void (tryPutMVar cell False)
     TimerCallback _ -> return ()
 
@@ -907,7 +928,7 @@ data ManagerStats = ManagerStats
 getManagerStats :: Manager -> IO ManagerStats
 getManagerStats mgr = do
   let r = readCounter (mgrCounters mgr)
-  pending <- PSQ.size <$> readIORef (mgrTimers mgr)
+  pending <- W.size (mgrTimers mgr)
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> r cTimersFired
                <*> pure pending <*> r cWatches

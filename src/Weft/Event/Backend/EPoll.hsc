@@ -24,6 +24,7 @@ module Weft.Event.Backend.EPoll
 
 import Control.Monad (when)
 import Data.Bits ((.&.), (.|.), shiftL, shiftR)
+import Data.Int (Int64)
 import Data.Word (Word32, Word64)
 import Foreign.C.Error (Errno (..), eNOENT, eEXIST, ePERM, eINTR, getErrno, throwErrnoIfMinus1)
 import Foreign.C.Types (CInt (..))
@@ -59,8 +60,8 @@ newEPollBackend wkind = do
       poll timeout handler = withForeignPtr buf $ \p -> do
         n <- case timeout of
           NoWait       -> c_epoll_wait_unsafe epfd p (fromIntegral eventBufferSize) 0
-          WaitMillis t -> c_epoll_wait epfd p (fromIntegral eventBufferSize) (fromIntegral t)
-          WaitForever  -> c_epoll_wait epfd p (fromIntegral eventBufferSize) (-1)
+          WaitNanos t  -> c_epoll_wait_ns epfd p (fromIntegral eventBufferSize) (fromIntegral t)
+          WaitForever  -> c_epoll_wait_ns epfd p (fromIntegral eventBufferSize) (-1)
         if n < 0
           then do err <- getErrno
                   if err == eINTR then return 0
@@ -151,8 +152,8 @@ foreign import ccall unsafe "sys/epoll.h epoll_create1"
 foreign import ccall unsafe "weft_epoll_ctl"
   c_weft_epoll_ctl :: CInt -> CInt -> Fd -> Word32 -> Word64 -> IO CInt
 -- A blocking wait is a safe call, so the capability keeps running threads.
-foreign import ccall safe "sys/epoll.h epoll_wait"
-  c_epoll_wait :: CInt -> Ptr () -> CInt -> CInt -> IO CInt
+foreign import ccall safe "weft_epoll_wait_ns"
+  c_epoll_wait_ns :: CInt -> Ptr () -> CInt -> Int64 -> IO CInt
 foreign import ccall unsafe "sys/epoll.h epoll_wait"
   c_epoll_wait_unsafe :: CInt -> Ptr () -> CInt -> CInt -> IO CInt
 foreign import ccall unsafe "unistd.h close"

@@ -21,6 +21,7 @@ import Control.Monad (forM_, when)
 import Data.Bits ((.&.), (.|.))
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
+import Data.Int (Int64)
 import Data.Word (Word32)
 import Foreign.C.Error (eINTR, getErrno, throwErrno)
 import Foreign.C.Types (CInt (..), CShort (..), CULong (..))
@@ -92,8 +93,8 @@ pollOnce st wake timeout handler = do
       setPollFd arr i (Fd (fromIntegral fd)) (toPoll (interestEvents (watchInterest w)))
     r <- case timeout of
       NoWait       -> c_poll_unsafe arr (fromIntegral n) 0
-      WaitMillis t -> c_poll arr (fromIntegral n) (fromIntegral t)
-      WaitForever  -> c_poll arr (fromIntegral n) (-1)
+      WaitNanos t  -> c_poll_ns arr (fromIntegral n) (fromIntegral t)
+      WaitForever  -> c_poll_ns arr (fromIntegral n) (-1)
     if r < 0
       then do err <- getErrno
               if err == eINTR then return 0 else throwErrno "weft: poll"
@@ -140,7 +141,7 @@ fromPoll re
 foreign import ccall unsafe "fcntl.h fcntl"
   c_fcntl_getfd :: Fd -> CInt -> IO CInt
 
-foreign import ccall safe "poll.h poll"
-  c_poll :: Ptr () -> CULong -> CInt -> IO CInt
+foreign import ccall safe "weft_poll_ns"
+  c_poll_ns :: Ptr () -> CULong -> Int64 -> IO CInt
 foreign import ccall unsafe "poll.h poll"
   c_poll_unsafe :: Ptr () -> CULong -> CInt -> IO CInt
