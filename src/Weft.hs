@@ -25,7 +25,6 @@ import Control.Concurrent.MVar
 import Control.Concurrent.STM (STM, TVar)
 import Control.Exception
 import Control.Monad (unless, void)
-import Data.Unique (Unique, newUnique)
 import System.Posix.Types (Fd)
 
 import Weft.Event.Internal (evtRead, evtWrite)
@@ -88,8 +87,10 @@ registerDelay us = do
   fst <$> registerDelayOn mgr us
 
 -- | The exception 'timeout' throws to interrupt its action; unique per call,
--- so nested timeouts each catch only their own.
-newtype Timeout = Timeout Unique
+-- so nested timeouts each catch only their own. It names the manager that
+-- made it and a number from that manager's key supply, so making one takes
+-- no global lock (unlike "Data.Unique").
+data Timeout = Timeout {-# UNPACK #-} !Int {-# UNPACK #-} !Int
   deriving Eq
 
 instance Show Timeout where
@@ -106,22 +107,29 @@ instance Exception Timeout where
 -- interrupted by an asynchronous exception, so it must be interruptible
 -- (weft's waits are). Unlike "System.Timeout", an expiry that races the
 -- action's completion is never lost into the caller: the result is then
--- 'Nothing' or 'Just', never an escaped 'Timeout'.
+-- 'Nothing' or 'Just', never an escaped 'Timeout'. The timer lives on the
+-- calling capability's wheel; registering and cancelling it wakes no other
+-- thread.
 timeout :: Int -> IO a -> IO (Maybe a)
 timeout n act
   | n < 0 = Just <$> act
   | n == 0 = return Nothing
   | otherwise = do
-      me <- myThreadId
-      ex <- Timeout <$> newUnique
       mgr <- getSystemManager
-      handleJust (\e -> if e == ex then Just () else Nothing) (\_ -> return Nothing) $ do
-        thrown <- newEmptyMVar
-        bracket (registerTimeout mgr n (interrupt me ex thrown))
-                (\k -> do pending <- unregisterTimeout_ k
-                          -- It fired: take the exception here at the latest.
-                          unless pending (takeMVar thrown))
-                (\_ -> Just <$> act)
+      me <- myThreadId
+      ex <- Timeout (managerId mgr) <$> nextKey mgr
+      thrown <- newEmptyMVar
+      -- Once the timer has fired, its exception is on its way: wait for it
+      -- here (interruptibly), so that it cannot escape to the caller.
+      let settle k = do
+            pending <- unregisterTimeout_ k
+            unless pending (takeMVar thrown)
+      handleJust (\e -> if e == ex then Just () else Nothing) (\_ -> return Nothing) $
+        mask $ \restore -> do
+          k <- registerTimeout mgr n (interrupt me ex thrown)
+          r <- restore act `onException` settle k
+          settle k
+          return (Just r)
 
 -- | Throw from a fresh thread: 'throwTo' blocks while the target is masked,
 -- and must not hold up the dispatcher.

@@ -16,6 +16,7 @@ import qualified Test.Servers
 import qualified Test.Slot
 import qualified Test.Timers
 import qualified Test.Waits
+import qualified Test.Wheel
 import qualified Weft.Event as E
 
 main :: IO ()
@@ -27,6 +28,7 @@ main = do
   hspec $ do
     Test.FdTable.spec
     Test.Slot.spec
+    Test.Wheel.spec
     Test.Http.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $

@@ -62,6 +62,8 @@ module Weft.Event.Manager
     Manager
   , newManager
   , managerCapability
+  , managerId
+  , nextKey
   , managerBackendKind
   , shutdownManager
   , wakeManager
@@ -217,6 +219,10 @@ startDispatcher :: Manager -> IO ()
 startDispatcher mgr = do
   t <- mask_ $ forkOn (mgrCap mgr) (dispatcher mgr)
   labelThread t ("weft dispatcher " ++ show (mgrCap mgr))
+
+-- | A number no other manager of this process has.
+managerId :: Manager -> Int
+managerId = mgrId
 
 -- | The capability the manager's dispatcher is pinned to.
 managerCapability :: Manager -> Int
@@ -503,6 +509,7 @@ adjustLive mgr before after =
   in when (d /= 0) $ void (addCounter (mgrCounters mgr) cLive d)
 {-# INLINE adjustLive #-}
 
+-- | A number this manager never returned before (one atomic add).
 nextKey :: Manager -> IO Int
 nextKey mgr = addCounter (mgrCounters mgr) cKeys 1
 {-# INLINE nextKey #-}
@@ -804,10 +811,11 @@ withLiveBackend mgr act = do
 -- A dispatcher about to block publishes 'sBlocking', then, under the wheel
 -- lock, reads the next expiry and records it as its planned wake-up; once
 -- awake it resets the plan to 0. A registrar inserts under the same lock
--- and compares its deadline with the plan: only a timer due before the plan
--- calls 'wakeManager'. Either the registrar's insert precedes the
+-- and then compares its deadline with the plan: only a timer due before the
+-- plan calls 'wakeManager'. Either the registrar's insert precedes the
 -- dispatcher's read (which then sees the timer), or it follows it, and then
--- the registrar sees both the plan and 'sBlocking'. While the dispatcher is
+-- the registrar sees both the plan and 'sBlocking' (or a later plan, or 0
+-- because the dispatcher is awake again; either is harmless). While the dispatcher is
 -- running the plan is 0 and nobody wakes it: it expires timers on every
 -- pass. So a register, an update or a cancel that does not move the
 -- earliest deadline earlier costs no syscall.
@@ -824,15 +832,14 @@ registerTimer :: Manager -> Int -> TimerAction -> IO TimeoutKey
 registerTimer mgr us action = do
   t <- deadlineAfter us
   let w = mgrTimers mgr
-  (i, g, early) <- W.withLock w $ do
-    (i, g) <- W.insert w t action
-    p <- W.planned w
-    return (i, g, t < p)
+  k <- W.withLock w (W.insert w t action (TimeoutKey mgr))
+  -- Read after the insert (Note [Waking the dispatcher for a timer]).
+  p <- W.planned w
   halt <- stopped mgr
   if halt
     then abortTimers mgr
-    else when early (wakeManager mgr)
-  return (TimeoutKey mgr i g)
+    else when (t < p) (wakeManager mgr)
+  return k
 {-# INLINE registerTimer #-}
 
 -- | The deadline tick of a delay in microseconds from now.
@@ -841,7 +848,7 @@ deadlineAfter us = do
   now <- getMonotonicTimeNSec
   -- Clamp so that maxBound microseconds does not wrap around.
   let ns = fromIntegral (min (max 0 us) (maxBound `quot` 1000)) * 1000 :: Word64
-  return (W.deadlineTick (now + min ns (maxBound - now)))
+  return $! W.deadlineTick (now + min ns (maxBound - now))
 {-# INLINE deadlineAfter #-}
 
 -- | Move a pending timer's deadline to the given number of microseconds from
@@ -850,11 +857,9 @@ updateTimeout :: TimeoutKey -> Int -> IO ()
 updateTimeout (TimeoutKey mgr i g) us = do
   t <- deadlineAfter us
   let w = mgrTimers mgr
-  early <- W.withLock w $ do
-    found <- W.reschedule w i g t
-    p <- W.planned w
-    return (found && t < p)
-  when early (wakeManager mgr)
+  found <- W.withLock w (W.reschedule w i g t)
+  p <- W.planned w
+  when (found && t < p) (wakeManager mgr)
 
 -- | Cancel a pending timer. Does nothing if it already fired.
 unregisterTimeout :: TimeoutKey -> IO ()

@@ -10,6 +10,7 @@ module Weft.Internal.Counters
   , casCounter
   , writeCounter
   , bumpCounter
+  , storeCounter
   ) where
 
 import GHC.Exts
@@ -60,3 +61,12 @@ bumpCounter (Counters arr) (I# i) (I# d) = IO $ \s ->
   case readIntArray# arr i s of
     (# s1, v #) -> (# writeIntArray# arr i (v +# d) s1, () #)
 {-# INLINE bumpCounter #-}
+
+-- | Write counter @i@ with a plain store: no barrier, no locked
+-- instruction. Only for counters that one thread at a time writes (under
+-- a lock whose release is a barrier).
+storeCounter :: Counters -> Int -> Int -> IO ()
+storeCounter (Counters arr) (I# i) (I# v) = IO $ \s ->
+  case writeIntArray# arr i v s of
+    s1 -> (# s1, () #)
+{-# INLINE storeCounter #-}

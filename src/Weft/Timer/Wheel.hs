@@ -64,7 +64,7 @@ module Weft.Timer.Wheel
   , setPlanned
   ) where
 
-import Control.Exception (mask_, onException)
+import Control.Exception (mask_)
 import Control.Monad (when)
 import Control.Concurrent (yield)
 import Data.Bits hiding (bit, shift)
@@ -183,53 +183,59 @@ noPayload = errorWithoutStackTrace "weft: read of a free timer entry"
 ------------------------------------------------------------------------------
 -- The lock
 
+-- The fields other than the lock word are written with plain stores: only
+-- the lock holder writes them, and releasing the lock is a full barrier.
+-- The few read without the lock ('size', 'earliest', 'planned') are single
+-- words, so a reader sees the old value or the new one.
+
 -- | Run an action holding the wheel's lock, with async exceptions masked.
--- The action must not block. A thread that finds the lock taken yields:
+-- The action must not block, and must not throw: the operations below
+-- throw nothing (short of heap exhaustion, which ends the program). A thread that finds the lock taken yields:
 -- the holder may be a thread of the same capability, preempted inside.
 withLock :: Wheel a -> IO b -> IO b
 withLock w act = mask_ $ do
   acquire
-  r <- act `onException` unlock
-  unlock
+  r <- act
+  writeCounter meta mLock 0
   return r
   where
     meta = wMeta w
     acquire = do
       old <- casCounter meta mLock 0 1
       when (old /= 0) (yield >> acquire)
-    unlock = writeCounter meta mLock 0
 {-# INLINE withLock #-}
 
 ------------------------------------------------------------------------------
 -- Operations
 
--- | Add a timer due at the given tick. Returns its slab index and
--- generation, which together name it.
-insert :: Wheel a -> Int -> a -> IO (Int, Int)
-insert w t payload = do
+-- | Add a timer due at the given tick, and pass its slab index and
+-- generation, which together name it, to the continuation (so that the
+-- caller builds its key without an intermediate tuple).
+insert :: Wheel a -> Int -> a -> (Int -> Int -> r) -> IO r
+insert w t payload key = do
   free <- readCounter (wMeta w) mFree
   slab <- if free >= 0 then readIORef (wSlab w) else grow w
   i <- readCounter (wMeta w) mFree
   next <- readPrimArray (sNext slab) i
-  writeCounter (wMeta w) mFree (fromIntegral next)
+  storeCounter (wMeta w) mFree (fromIntegral next)
   let t' = min maxTick t
   writePrimArray (sWhen slab) i t'
   writeArray (sPayload slab) i payload
   link w slab i t'
   bumpCounter (wMeta w) mLive 1
   e <- readCounter (wMeta w) mEarliest
-  when (t' < e) $ writeCounter (wMeta w) mEarliest t'
+  when (t' < e) $ storeCounter (wMeta w) mEarliest t'
   g <- readPrimArray (sGen slab) i
-  return (i, g)
+  return $! key i g
+{-# INLINE insert #-}
 
--- Double the slab; the free list was empty.
+-- Double the slab; the free list was empty. (Indices are 32-bit: 2^31
+-- pending timers on one capability would need some 70 GB first.)
 grow :: Wheel a -> IO (Slab a)
 grow w = do
   old <- readIORef (wSlab w)
   let n = sSize old
       n' = 2 * n
-  when (n' > fromIntegral (maxBound :: Int32)) $
-    ioError (userError "weft: too many pending timers on one capability (2^31)")
   slab <- newSlab n'
   copyMutablePrimArray (sWhen slab) 0 (sWhen old) 0 n
   copyMutablePrimArray (sGen slab) 0 (sGen old) 0 n
@@ -238,7 +244,7 @@ grow w = do
   copyMutablePrimArray (sHome slab) 0 (sHome old) 0 n
   copyMutableArray (sPayload slab) 0 (sPayload old) 0 n
   chainFree slab n n'
-  writeCounter (wMeta w) mFree n
+  storeCounter (wMeta w) mFree n
   writeIORef (wSlab w) slab
   return slab
 
@@ -290,7 +296,7 @@ release w slab i = do
   writeArray (sPayload slab) i noPayload
   free <- readCounter (wMeta w) mFree
   writePrimArray (sNext slab) i (fromIntegral free)
-  writeCounter (wMeta w) mFree i
+  storeCounter (wMeta w) mFree i
   bumpCounter (wMeta w) mLive (-1)
 
 -- The slab, if the key names a pending timer.
@@ -330,7 +336,7 @@ reschedule w i g t = do
         unlink w slab i
         link w slab i t'
         e <- readCounter (wMeta w) mEarliest
-        when (t' < e) $ writeCounter (wMeta w) mEarliest t'
+        when (t' < e) $ storeCounter (wMeta w) mEarliest t'
       return True
 
 -- | The tick of the earliest occupied slot: the next time 'expire' has work
@@ -377,35 +383,37 @@ expire w now = go []
       r <- findSlot w elapsed 0
       case r of
         Slot lvl bit start | start <= now -> do
-          writeCounter meta mElapsed (max elapsed start)
+          storeCounter meta mElapsed (max elapsed start)
           let home = lvl * 64 + bit
           first <- readPrimArray (wHeads w) home
           writePrimArray (wHeads w) home (-1)
           occ <- readPrimArray (wOccupied w) lvl
           writePrimArray (wOccupied w) lvl (occ .&. complement (1 `unsafeShiftL` bit))
           slab <- readIORef (wSlab w)
-          acc' <- walk slab lvl (fromIntegral first) acc
+          acc' <- walk slab lvl start (fromIntegral first) acc
           go acc'
         _ -> do
-          when (now > elapsed) $ writeCounter meta mElapsed now
+          when (now > elapsed) $ storeCounter meta mElapsed now
           next <- nextExpiry w
-          writeCounter meta mEarliest next
+          storeCounter meta mEarliest next
           return (reverse acc)
-    -- Level 0 fires, unless the deadline moved later; higher levels cascade.
-    walk :: Slab a -> Int -> Int -> [a] -> IO [a]
-    walk slab lvl i acc
+    -- Level 0 fires, unless the deadline moved later (then it is placed
+    -- again, like the higher levels' timers, which cascade): a timer fires
+    -- only in the slot of its own tick, so timers fire in tick order.
+    walk :: Slab a -> Int -> Int -> Int -> [a] -> IO [a]
+    walk slab lvl start i acc
       | i < 0 = return acc
       | otherwise = do
           next <- fromIntegral <$> readPrimArray (sNext slab) i
           t <- readPrimArray (sWhen slab) i
-          if lvl == 0 && t <= now
+          if lvl == 0 && t <= start
             then do
               p <- readArray (sPayload slab) i
               release w slab i
-              walk slab lvl next (p : acc)
+              walk slab lvl start next (p : acc)
             else do
               link w slab i t
-              walk slab lvl next acc
+              walk slab lvl start next acc
 
 -- | Remove every pending timer and return their payloads (at shutdown).
 drain :: forall a. Wheel a -> IO [a]
