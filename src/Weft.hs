@@ -73,14 +73,18 @@ closeFdWith close fd = do
   closeFdOn mgrs close fd
 
 -- | Sleep for at least the given number of microseconds (none if it is not
--- positive). Throws an 'IOError' if weft's managers are shut down meanwhile.
+-- positive), on the calling capability's timer wheel: no other capability
+-- is involved, and sub-millisecond delays are kept (see "Weft.Timer" for
+-- the resolution). Throws an 'IOError' if weft's managers are shut down
+-- meanwhile. An async exception ends the sleep and cancels its timer.
 threadDelay :: Int -> IO ()
 threadDelay us = do
   mgr <- getSystemManager
   delayOn mgr us
 
 -- | A 'TVar' that becomes 'True' after at least the given number of
--- microseconds. To cancel it, use 'Weft.Timer.registerDelayWithKey'.
+-- microseconds. To be able to cancel it, use
+-- 'Weft.Timer.registerDelayWithKey' and 'Weft.Timer.cancelTimeout'.
 registerDelay :: Int -> IO (TVar Bool)
 registerDelay us = do
   mgr <- getSystemManager
