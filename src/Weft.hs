@@ -24,7 +24,8 @@ import Control.Concurrent (ThreadId, forkIOWithUnmask, myThreadId)
 import Control.Concurrent.MVar
 import Control.Concurrent.STM (STM, TVar)
 import Control.Exception
-import Control.Monad (unless, void)
+import Control.Monad (void)
+import Data.Maybe (fromMaybe)
 import System.Posix.Types (Fd)
 
 import Weft.Event.Internal (evtRead, evtWrite)
@@ -123,17 +124,39 @@ timeout n act
       me <- myThreadId
       ex <- Timeout (managerId mgr) <$> nextKey mgr
       thrown <- newEmptyMVar
-      -- Once the timer has fired, its exception is on its way: wait for it
-      -- here (interruptibly), so that it cannot escape to the caller.
-      let settle k = do
-            pending <- unregisterTimeout_ k
-            unless pending (takeMVar thrown)
       handleJust (\e -> if e == ex then Just () else Nothing) (\_ -> return Nothing) $
         mask $ \restore -> do
           k <- registerTimeout mgr n (interrupt me ex thrown)
-          r <- restore act `onException` settle k
-          settle k
+          r <- restore act `catch` \e -> settle ex thrown k (Just e) >> throwIO e
+          settle ex thrown k Nothing
           return (Just r)
+
+-- Note [Settling a timeout]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~
+-- When 'timeout' ends (its action returned or threw), it cancels its timer.
+-- If the timer already fired, its 'Timeout' is on its way, thrown by the
+-- thread 'interrupt' forked, and must be absorbed here, or it would hit the
+-- caller later, outside every handler. So 'settle' waits (interruptibly,
+-- as 'throwTo' needs) until either the thrower reports that it is done or
+-- the 'Timeout' arrives. Other exceptions may arrive meanwhile: an outer
+-- 'timeout' firing, or a 'killThread'. The first of those, or the action's
+-- own exception, wins and is rethrown once this call's 'Timeout' has been
+-- absorbed; so an outer limit is never swallowed by an inner one.
+
+-- | Cancel the timer; if it had fired, absorb its exception and rethrow
+-- the first other exception (Note [Settling a timeout]).
+settle :: Timeout -> MVar () -> TimeoutKey -> Maybe SomeException -> IO ()
+settle ex thrown k first = do
+  pending <- unregisterTimeout_ k
+  if pending then return () else await first
+  where
+    await other = do
+      r <- try (takeMVar thrown)
+      case r of
+        Right () -> mapM_ throwIO other
+        Left e
+          | fromException e == Just ex -> throwIO (fromMaybe e other)
+          | otherwise -> await (Just (fromMaybe e other))
 
 -- | Throw from a fresh thread: 'throwTo' blocks while the target is masked,
 -- and must not hold up the dispatcher.
