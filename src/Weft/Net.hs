@@ -190,6 +190,12 @@ errnoLong (Errno e) = fromIntegral e
 -- blocking (in weft) until some come. An empty result means the peer shut
 -- its side down (end of stream). Throws an 'IOError' on a reset
 -- (@ECONNRESET@), on a closed socket (@EBADF@), or after an idle timeout.
+--
+-- An asynchronous exception (a 'Weft.timeout' firing, 'killThread') that
+-- lands just as bytes arrive, between the syscall and the return, loses
+-- those bytes to the caller, as with any receive in GHC. To bound how long
+-- a connection may stay silent without that hazard, use 'setIdleTimeout':
+-- it fails the blocked call synchronously, with nothing consumed.
 recv :: Socket -> Int -> IO B.ByteString
 recv s n
   | n <= 0 = throwIO (invalid "recv" "the byte count must be positive")
