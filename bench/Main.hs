@@ -9,6 +9,7 @@ import System.Exit (exitFailure)
 import System.IO
 
 import Bench.Net
+import Bench.Timers (timersChild, timersMain)
 import Bench.Wait (waitChild, waitMain)
 
 main :: IO ()
@@ -18,6 +19,8 @@ main = do
   case args of
     ("wait" : rest) -> () <$ waitMain rest
     ("wait-child" : rest) -> waitChild rest
+    ("timers" : rest) -> () <$ timersMain rest
+    ("timers-child" : rest) -> timersChild rest
     ("simple" : rest) -> () <$ simpleBench (parseSettings rest)
     ("echo" : rest) -> () <$ echoBench (parseSettings rest)
     ("pong" : rest) -> () <$ pongBench (parseSettings rest)
@@ -32,6 +35,9 @@ main = do
         , "  pong    HTTP keep-alive pong under wrk: weft, GHC's manager, nginx"
         , "  idle    64 active connections beside 0..20k idle ones: weft, GHC's manager"
         , "  wait    pipe ping-pong of fd waits (options: --reps N --round-trips N --caps 1,2)"
+        , "  timers  timeout, threadDelay scaling and memory, updateTimeout: weft vs GHC's timers"
+        , "          (options: --reps N --long --timeouts N --updates N --timers N --delay-threads N,N,..."
+        , "          --bytes-threads N --caps 1,2 --only timeout,delay,bytes,tickle)"
         , "  all     everything, then bench-results/summary.md"
         , ""
         , "Default: 3 repetitions of 1.5 s runs (what make bench runs); --long: 5 of 5 s."
@@ -44,12 +50,14 @@ runAll :: Settings -> IO ()
 runAll st = do
   started <- getCurrentTime
   let waitArgs = if setLong st then [] else ["--reps", "3"]
+      timerArgs = [ "--long" | setLong st ] ++ ["--reps", show (setReps st)]
   sections <- forM
     [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
     , ("echo: one-connection round trip", echoBench st)
     , ("pong: HTTP keep-alive under wrk", pongBench st)
     , ("idle: 64 active connections beside idle ones", idleBench st)
-    , ("wait: fd waits in one process", waitMain waitArgs) ] $ \(title, run) -> do
+    , ("wait: fd waits in one process", waitMain waitArgs)
+    , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs) ] $ \(title, run) -> do
       table <- run
       return ("## " ++ title ++ "\n\n```\n" ++ table ++ "```\n")
   machine <- readFile "/proc/cpuinfo"
