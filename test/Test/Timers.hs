@@ -329,6 +329,26 @@ spec = do
         noTimersPending
 
   describe "timeout" $ do
+    it "wakes no dispatcher when its deadline is later than the sleeping dispatcher's alarm" $ do
+      r <- onCap 0 $ do
+        mgr <- E.getSystemManager
+        -- An earlier alarm than any timeout below; registering it may wake
+        -- the dispatcher once. Then let the dispatcher settle into its sleep.
+        alarm <- T.registerTimeout mgr 10000000 (return ())
+        threadDelay 20000
+        w0 <- E.statWakeups <$> E.getManagerStats mgr
+        -- Between timeouts, sleep on GHC's timer, not weft's, so that this
+        -- dispatcher goes back to its blocking poll each time.
+        replicateM_ 200 $ do
+          replicateM_ 10 (timeout 20000000 (return ()))
+          GHC.threadDelay 300
+        w1 <- E.statWakeups <$> E.getManagerStats mgr
+        _ <- T.cancelTimeout alarm
+        return (w1 - w0)
+      -- The dispatcher may be woken for other reasons (a test's leftover
+      -- I/O), but not once per round of timeouts.
+      r `shouldSatisfy` (<= 2)
+
     it "returns Just for an action that finishes in time" $
       timeout 1000000 (return (42 :: Int)) `shouldReturn` Just 42
 
