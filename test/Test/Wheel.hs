@@ -7,6 +7,7 @@ import Control.Monad
 import Data.Bits (shiftL)
 import Data.IORef
 import Data.List (sort, sortOn)
+import Data.Word (Word64)
 import qualified Data.Map.Strict as Map
 import Test.Hspec
 import Test.QuickCheck
@@ -114,6 +115,17 @@ spec = describe "timing wheel (Weft.Timer.Wheel)" $ do
         (Nothing, Nothing) -> return ()
         (Just e, _) -> fail e
         (_, Just e) -> fail e
+
+  it "rounds deadlines up and the clock down, so a due tick is never early" $
+    property $ \(Large d) -> forAll (choose (-40000, 40000)) $ \off -> do
+      -- A clock reading near the deadline: the same tick, or one either side.
+      let deadline = d `div` 2 + 100000 :: Word64
+          clock = fromIntegral (fromIntegral deadline + off :: Integer) :: Word64
+      -- A timer due at tick t fires once the clock's tick reaches t.
+      when (W.nowTick clock >= W.deadlineTick deadline) $
+        clock `shouldSatisfy` (>= deadline)
+      -- At the top of the clock's range it saturates rather than wrapping.
+      W.deadlineTick maxBound `shouldSatisfy` (> W.deadlineTick (maxBound `div` 2))
 
   it "fires timers inserted in the past at once, and never before their tick" $ do
     w <- W.new 1000 :: IO (W.Wheel Int)

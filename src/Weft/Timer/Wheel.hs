@@ -1,4 +1,4 @@
-{-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | A hierarchical timing wheel: the timer queue of one capability's manager.
 --
 -- Time is counted in ticks of 'tickNs' nanoseconds (16.384 µs). The wheel
@@ -99,7 +99,9 @@ noExpiry = maxBound
 -- | The tick at which a deadline (monotonic nanoseconds) may fire: rounded
 -- up, so that a timer never fires before its deadline.
 deadlineTick :: Word64 -> Int
-deadlineTick ns = min maxTick (fromIntegral ((ns + tickNs - 1) `shiftR` tickShift))
+deadlineTick ns
+  | ns > maxBound - tickNs = maxTick
+  | otherwise = min maxTick (fromIntegral ((ns + tickNs - 1) `shiftR` tickShift))
 {-# INLINE deadlineTick #-}
 
 -- | The tick a monotonic time falls in: rounded down, so every timer due at
