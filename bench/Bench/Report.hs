@@ -1,26 +1,41 @@
--- | Shared helpers for weft-bench: process CPU time, medians, tables, CSV.
+-- | Shared helpers for weft-bench: process CPU time, medians, tables, CSV,
+-- option lists.
 module Bench.Report
   ( processCpuMicros
+  , splitOn
   , median
   , spread
   , renderTable
   , writeCsv
   ) where
 
+import Control.Monad (when)
 import Data.List (intercalate, sort, transpose)
+import Foreign.C.Types (CInt (..))
+import Foreign.Marshal.Alloc (allocaBytes)
+import Foreign.Ptr (Ptr)
+import Foreign.Storable (peekByteOff)
 import System.Directory (createDirectoryIfMissing)
 import System.FilePath (takeDirectory)
 
--- | User plus system CPU time of this process so far, in microseconds, from
--- @/proc/self/stat@ (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+-- | CPU time of all this process's threads so far, in microseconds, from
+-- @clock_gettime(CLOCK_PROCESS_CPUTIME_ID)@: @/proc/self/stat@ counts in
+-- 10 ms ticks, too coarse for sub-second runs.
 processCpuMicros :: IO Double
-processCpuMicros = do
-  stat <- readFile "/proc/self/stat"
-  -- The command name (field 2) may hold spaces; fields restart after ')'.
-  let fields = words (drop 2 (dropWhile (/= ')') stat))
-      ticks = read (fields !! 11) + read (fields !! 12) :: Integer
-  length stat `seq` return (fromIntegral ticks * 1e6 / clockTicksPerSecond)
-  where clockTicksPerSecond = 100
+processCpuMicros = allocaBytes 16 $ \ts -> do
+  r <- c_clock_gettime 2 ts   -- CLOCK_PROCESS_CPUTIME_ID
+  when (r /= 0) $ fail "weft-bench: clock_gettime failed"
+  sec <- peekByteOff ts 0 :: IO Int
+  nsec <- peekByteOff ts 8 :: IO Int
+  return (fromIntegral sec * 1e6 + fromIntegral nsec / 1e3)
+
+foreign import ccall unsafe "time.h clock_gettime" c_clock_gettime :: CInt -> Ptr () -> IO CInt
+
+-- | Split a comma-separated option value (or on any other character).
+splitOn :: Char -> String -> [String]
+splitOn c s = case break (== c) s of
+  (a, []) -> [a]
+  (a, _ : b) -> a : splitOn c b
 
 median :: [Double] -> Double
 median [] = 0

@@ -55,10 +55,6 @@ import Data.List (intercalate, isPrefixOf, sortOn)
 import qualified Data.Map.Strict as Map
 import Data.Maybe (fromMaybe, mapMaybe)
 import Data.Word (Word64)
-import Foreign.C.Types (CInt (..))
-import Foreign.Marshal.Alloc (allocaBytes)
-import Foreign.Ptr (Ptr)
-import Foreign.Storable (peekByteOff)
 import GHC.Arr (Array, listArray, unsafeAt)
 import GHC.Clock (getMonotonicTimeNSec)
 import qualified GHC.Conc as GHC
@@ -132,11 +128,6 @@ parseOptions args0 = finish (go defaults Nothing args0)
 
 allBenches :: [String]
 allBenches = ["timeout", "delay", "bytes", "tickle"]
-
-splitOn :: Char -> String -> [String]
-splitOn c s = case break (== c) s of
-  (a, []) -> [a]
-  (a, _ : b) -> a : splitOn c b
 
 ------------------------------------------------------------------------------
 -- The parent
@@ -476,19 +467,6 @@ onWorkers k work = do
     return v
   forM vars $ \v -> takeMVar v >>= either (\(e :: SomeException) -> throwIO e) return
 
--- | Process CPU time of all threads, in microseconds, from
--- @clock_gettime(CLOCK_PROCESS_CPUTIME_ID)@: /proc/self/stat ticks are too
--- coarse (10 ms) for the short runs.
-cpuMicros :: IO Double
-cpuMicros = allocaBytes 16 $ \ts -> do
-  r <- c_clock_gettime 2 ts   -- CLOCK_PROCESS_CPUTIME_ID
-  when (r /= 0) $ fail "weft-bench: clock_gettime failed"
-  sec <- peekByteOff ts 0 :: IO Int
-  nsec <- peekByteOff ts 8 :: IO Int
-  return (fromIntegral sec * 1e6 + fromIntegral nsec / 1e3)
-
-foreign import ccall unsafe "time.h clock_gettime" c_clock_gettime :: CInt -> Ptr () -> IO CInt
-
 -- | Peak resident set (VmHWM), in KiB.
 peakRssKiB :: IO Double
 peakRssKiB = do
@@ -512,11 +490,11 @@ timeoutChild perThread arm = case arm of
     go to = do
       -- Warm-up: first registrations, thread start-up, heap growth.
       _ <- onWorkers 2 (\_ -> timeoutLoop to (min perThread 10_000))
-      c0 <- cpuMicros
+      c0 <- processCpuMicros
       t0 <- getMonotonicTimeNSec
       oks <- onWorkers 2 (\_ -> timeoutLoop to perThread)
       secs <- elapsedSince t0
-      c1 <- cpuMicros
+      c1 <- processCpuMicros
       let total = 2 * perThread
       -- Every action must have completed: a fired timeout would mean the
       -- loop measured something else.
@@ -550,9 +528,9 @@ delayChild n arm = do
         WeftArm -> Weft.threadDelay
         GhcArm -> GHC.threadDelay
   _ <- delayRun delay 1000
-  c0 <- cpuMicros
+  c0 <- processCpuMicros
   ns <- delayRun delay n
-  c1 <- cpuMicros
+  c1 <- processCpuMicros
   rss <- peakRssKiB
   result [ ("wall_ms", fromIntegral ns / 1e6), ("cpu_us", (c1 - c0) / fromIntegral n), ("rss_kib", rss) ]
 
@@ -692,12 +670,12 @@ tickle api timers updates = do
   results <- newEmptyMVar
   _ <- forkIO (onWorkers 2 worker >>= putMVar results)
   replicateM_ 2 (takeMVar registered)
-  c0 <- cpuMicros
+  c0 <- processCpuMicros
   t0 <- getMonotonicTimeNSec
   putMVar go ()
   replicateM_ 2 (takeMVar finished)
   secs <- elapsedSince t0
-  c1 <- cpuMicros
+  c1 <- processCpuMicros
   dones <- takeMVar results
   let total = sum dones
   when (total /= 2 * perUpdates) $ fail "weft-bench: tickle lost updates"

@@ -60,9 +60,6 @@ parseOptions = go (Options 5 100000 [1, 2])
     go o [] = o
     go _ (x : _) = error ("weft-bench wait: unknown option " ++ x
                           ++ " (use --reps N, --round-trips N, --caps 1,2)")
-    splitOn c s = case break (== c) s of
-      (a, []) -> [a]
-      (a, _ : b) -> a : splitOn c b
 
 data Result = Result { resWaitsPerSec :: Double, resCpuPerWait :: Double, resExtra :: String }
 
@@ -98,7 +95,7 @@ waitMain args = do
   putStrLn ""
   putStr (renderTable header rows)
   writeCsv "bench-results/wait.csv" header rows
-  putStrLn "\n(waits/s: higher is better; CPU us/wait from /proc/self/stat; ratios of medians against ghc;"
+  putStrLn "\n(waits/s: higher is better; CPU us/wait is the process CPU time of all threads; ratios of medians against ghc;"
   putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop)"
   putStrLn "CSV: bench-results/wait.csv"
   return (renderTable header rows)
