@@ -44,7 +44,6 @@ module Weft.Timer.Wheel
   , new
     -- * Time
   , tickNs
-  , levels
   , deadlineTick
   , nowTick
   , tickStartNs
@@ -84,7 +83,7 @@ tickNs = 1 `shiftL` tickShift
 tickShift :: Int
 tickShift = 14
 
--- | Levels of 64 slots each.
+-- Levels of 64 slots each.
 levels :: Int
 levels = 9
 
