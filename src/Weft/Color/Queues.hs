@@ -399,7 +399,7 @@ takeBatch q core = case queueLayout q of
       writeArray (cEvents q) c (EvQ f' b')
       writePrimArray (cCount q) c (fromIntegral (n - k))
       w <- readPrimArray (cWork q) c
-      writePrimArray (cWork q) c (max 0 (w - sum (map evWeight taken)))
+      writePrimArray (cWork q) c (max 0 (w - foldr ((+) . evWeight) 0 taken))
       e <- rd q core wEvents
       wr q core wEvents (e - k)
       when (n == k) $ do
@@ -409,13 +409,14 @@ takeBatch q core = case queueLayout q of
       wr q core wRunning c
       return (c, taken)
 
+-- | Take @k@ events (there are at least that many) from the queue's front,
+-- and what is left, touching only the events taken.
 splitFront :: Int -> [Ev] -> [Ev] -> ([Ev], [Ev], [Ev])
-splitFront k f b
-  | length f >= k = let (t, f') = splitAt k f in (t, f', b)
-  | otherwise =
-      let all' = f ++ reverse b
-          (t, rest) = splitAt k all'
-      in (t, rest, [])
+splitFront k f0 b0 = go k f0 b0 []
+  where
+    go 0 f b acc = (reverse acc, f, b)
+    go n (e : f) b acc = go (n - 1) f b (e : acc)
+    go n [] b acc = go n (reverse b) [] acc
 
 -- | The batch of color @c@ is done: clear the running mark, send the color
 -- to the back of its priority class if it has more events (so other colors
