@@ -32,7 +32,7 @@ deps:
 build: deps
 	@mkdir -p $(CABAL_HOME) $(BIN)
 	$(CABAL) v2-build all --offline
-	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong; do \
+	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong weft-sws; do \
 	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
 	$(MAKE) -s -C bench/c OUT=$(BIN)
 

@@ -9,6 +9,7 @@ import System.Exit (exitFailure)
 import System.IO
 
 import Bench.Net
+import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
 import Bench.Wait (waitChild, waitMain)
 
@@ -25,6 +26,7 @@ main = do
     ("echo" : rest) -> () <$ echoBench (parseSettings rest)
     ("pong" : rest) -> () <$ pongBench (parseSettings rest)
     ("idle" : rest) -> () <$ idleBench (parseSettings rest)
+    ("sws" : rest) -> () <$ uncurry swsBench (parseSwsArgs rest)
     ("all" : rest) -> runAll (parseSettings rest)
     _ -> do
       hPutStrLn stderr $ unlines
@@ -34,6 +36,8 @@ main = do
         , "  echo    one-connection ping-pong latency: GHC non-threaded, GHC threaded, weft, C"
         , "  pong    HTTP keep-alive pong under wrk: weft, GHC's manager, nginx"
         , "  idle    64 active connections beside 0..20k idle ones: weft, GHC's manager"
+        , "  sws     a 1 KiB file under wrk: weft-sws (Weft.Color) under every policy, weft-pong,"
+        , "          nginx (option: --quick, 64 connections only)"
         , "  wait    pipe ping-pong of fd waits (options: --reps N --round-trips N --caps 1,2)"
         , "  timers  timeout, threadDelay scaling and memory, updateTimeout: weft vs GHC's timers"
         , "          (options: --reps N --long --timeouts N --updates N --timers N --delay-threads N,N,..."
@@ -56,6 +60,7 @@ runAll st = do
     , ("echo: one-connection round trip", echoBench st)
     , ("pong: HTTP keep-alive under wrk", pongBench st)
     , ("idle: 64 active connections beside idle ones", idleBench st)
+    , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
     , ("wait: fd waits in one process", waitMain waitArgs)
     , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs) ] $ \(title, run) -> do
       table <- run

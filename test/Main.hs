@@ -14,6 +14,7 @@ import qualified Test.Http
 import qualified Test.Net
 import qualified Test.Servers
 import qualified Test.Slot
+import qualified Test.Sws
 import qualified Test.Timers
 import qualified Test.Waits
 import qualified Test.Wheel
@@ -38,3 +39,4 @@ main = do
           Test.Lifecycle.spec kind
           Test.Net.spec kind
           Test.Servers.spec kind
+          Test.Sws.spec

@@ -2,11 +2,34 @@
 -- pong ("Example.Http"): request line and headers parsed, pipelining
 -- honoured, malformed requests answered with 400 and closed, header limits
 -- enforced (431). With weft, idle connections are closed after 60 s unless
--- @--idle-timeout@ says otherwise.
+-- @--idle-timeout@ says otherwise. @--body-bytes N@ makes the body N bytes
+-- long instead of 4, to compare with servers sending files of that size.
 module Main (main) where
 
+import System.Environment (getArgs, withArgs)
+import System.Exit (exitFailure)
+import System.IO (hPutStrLn, stderr)
+
+import Example.Http (pongResponseOf)
 import Example.Serve
 import Example.Servers
 
 main :: IO ()
-main = serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS]" 0 60000000 (\_ -> Just pongServer)
+main = do
+  args <- getArgs
+  case bodyOption args of
+    Left msg -> hPutStrLn stderr ("weft-pong: " ++ msg) >> exitFailure
+    Right (bytes, rest) -> withArgs rest $
+      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--body-bytes N]" 0 60000000
+        (\_ -> Just (pongServerWith (pongResponseOf bytes)))
+
+-- | Take @--body-bytes N@ (default 4) out of the arguments; the rest are
+-- 'serverMain's.
+bodyOption :: [String] -> Either String (Int, [String])
+bodyOption = go 4 []
+  where
+    go n acc [] = Right (n, reverse acc)
+    go _ acc ("--body-bytes" : v : rest) = case reads v of
+      [(k, "")] | k >= 0 -> go k acc rest
+      _ -> Left ("bad --body-bytes " ++ v)
+    go n acc (a : rest) = go n (a : acc) rest

@@ -16,6 +16,24 @@ module Bench.Net
   , echoBench
   , pongBench
   , idleBench
+    -- * Pieces for other network benchmarks
+  , Server (..)
+  , Sample (..)
+  , Cell (..)
+  , binDir
+  , resultsDir
+  , raiseFdLimit
+  , serverCores
+  , withServers
+  , interleave
+  , reportWith
+  , plot
+  , linePlot
+  , WrkRun
+  , newWrkRun
+  , wrkSample
+  , NginxSite (..)
+  , withNginx
   ) where
 
 import Control.Concurrent
@@ -124,12 +142,30 @@ withServers specs = bracket (mapM (\(l, c, a) -> startServer l c a) specs) (mapM
 die' :: String -> IO a
 die' msg = hPutStrLn stderr ("weft-bench: " ++ msg) >> exitFailure
 
--- | CPU ticks (1/100 s) a process has used: user plus system time.
+-- | CPU ticks (1/100 s) a server has used, user plus system time: the
+-- process and its live child processes (nginx's workers under a master;
+-- weft's servers have none).
 cpuTicks :: Int -> IO Integer
 cpuTicks pid = do
+  own <- processTicks pid
+  kids <- childPids pid
+  (own +) . sum <$> mapM (\k -> processTicks k `catch` \(_ :: IOException) -> return 0) kids
+
+processTicks :: Int -> IO Integer
+processTicks pid = do
   stat <- readFile ("/proc/" ++ show pid ++ "/stat")
   let fields = words (drop 2 (dropWhile (/= ')') stat))
   length stat `seq` return (read (fields !! 11) + read (fields !! 12))
+
+-- | The live children of a process, from each of its threads'
+-- @/proc/PID/task/TID/children@.
+childPids :: Int -> IO [Int]
+childPids pid = do
+  let dir = "/proc/" ++ show pid ++ "/task"
+  tids <- listDirectory dir `catch` \(_ :: IOException) -> return []
+  fmap concat . forM tids $ \t -> do
+    text <- readFile (dir </> t </> "children") `catch` \(_ :: IOException) -> return ""
+    length text `seq` return [ read w | w <- words text ]
 
 -- | Resident memory of a process, in KiB.
 rssKiB :: Int -> IO Double
@@ -216,13 +252,19 @@ interleave name reps cells = do
     modifyIORef' results (Map.insertWith (flip (++)) (cellGroup c, cellArm c) [s])
   readIORef results
 
--- | The table of medians, with ratios against the named baselines, written
--- to bench-results/NAME.csv; returns the rendered table.
+-- | The table of medians, with ratios against the "ghc" and "C" arms if
+-- present: 'reportWith' those baselines.
 report :: String -> [String] -> [String] -> Bool -> Map.Map (String, String) [Sample] -> IO String
-report name groups arms withRss results = do
+report name groups arms = reportWith [ b | b <- ["ghc", "C"], b `elem` arms ] name groups arms
+
+-- | The table of medians, with ratios (of medians, within each group)
+-- against the given baseline arms, written to bench-results/NAME.csv;
+-- returns the rendered table. Cells that were not run are left out, and a
+-- ratio whose baseline was not run in the group is "-".
+reportWith :: [String] -> String -> [String] -> [String] -> Bool -> Map.Map (String, String) [Sample] -> IO String
+reportWith baselines name groups arms withRss results = do
   let get g a f = maybe [] (map f) (Map.lookup (g, a) results)
       med g a f = median (get g a f)
-      baselines = [ b | b <- ["ghc", "C"], b `elem` arms ]
       rows = [ [ g, a
                , printf "%.0f" (med g a smRps), spread (printf "%.0f") (get g a smRps)
                , printf "%.2f" (med g a smCpuPerReq)
@@ -354,39 +396,70 @@ pongBench :: Settings -> IO String
 pongBench st = do
   _ <- raiseFdLimit
   bin <- binDir
-  dir <- resultsDir
-  absDir <- makeAbsolute dir
+  wrkRun <- newWrkRun st
   let arms = ["weft", "ghc", "nginx"]
       concs = [16, 64, 400] :: [Int]
-      script = absDir </> "wrk-report.lua"
-      nginxDir = absDir </> "nginx"
-  writeFile script wrkScript
-  createDirectoryIfMissing True nginxDir
-  let nginxConf p = nginxDir </> ("nginx-" ++ show p ++ ".conf")
-      startNginx p = do
-        writeFile (nginxConf p) (nginxConfig nginxDir p)
-        return ["nginx", "-c", nginxConf p, "-p", nginxDir]
-  nginxPort <- freePort
-  nginxArgv <- startNginx nginxPort
-  let servers =
+      servers =
         [ ("pong-weft", "0", \p -> [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
         , ("pong-ghc", "0", \p -> [bin </> "weft-pong", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"]) ]
   putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core"
-  withServers servers $ \srvs -> bracket (startServerOn "nginx" "0" nginxPort nginxArgv) stopServer $ \ngx -> do
-    let wrk srv c = do
-          let url = "http://127.0.0.1:" ++ show (srvPort srv) ++ "/"
-              secs = show (max 1 (round (setDuration st) :: Int)) ++ "s"
-          -- An unmeasured warm-up, then the measured run.
-          _ <- readProcessWithExitCode "taskset" ["-c", "1", "wrk", "-t1", "-c" ++ show c, "-d1s", url] ""
-          toSample <$> measure srv 0 (fromIntegral (max 1 (round (setDuration st) :: Int)))
-            ["taskset", "-c", "1", "wrk", "-t1", "-c" ++ show c, "-d" ++ secs, "-s", script, url]
-        groups = [ "c=" ++ show c | c <- concs ]
-        cells = [ Cell ("c=" ++ show c) a (wrk srv c) | c <- concs, (a, srv) <- zip arms (srvs ++ [ngx]) ]
+  withServers servers $ \srvs -> withNginx (NginxSite "nginx" "0" 1 pongLocation) $ \ngx -> do
+    let groups = [ "c=" ++ show c | c <- concs ]
+        cells = [ Cell ("c=" ++ show c) a (wrkSample wrkRun srv c "/") | c <- concs, (a, srv) <- zip arms (srvs ++ [ngx]) ]
     res <- interleave "pong" (setReps st) cells
     t <- report "pong" groups arms False res
     plot "pong" (linePlot "pong" "pong" "HTTP pong under wrk, one server core: requests/s (median)"
                   "wrk connections" "requests/s" (map (drop 2) groups) arms 0 False)
     return t
+
+-- | How to drive a server with wrk: the settings and the report script.
+data WrkRun = WrkRun !Settings !FilePath
+
+-- | Write wrk's report script into the results directory.
+newWrkRun :: Settings -> IO WrkRun
+newWrkRun st = do
+  script <- (</> "wrk-report.lua") <$> (makeAbsolute =<< resultsDir)
+  writeFile script wrkScript
+  return (WrkRun st script)
+
+-- | One sample of wrk (one thread, on core 1) with the given connections
+-- against the path on the server: an unmeasured 1 s warm-up, then a run of
+-- the settings' duration (whole seconds, at least 1) over which the
+-- server's CPU is measured.
+wrkSample :: WrkRun -> Server -> Int -> String -> IO Sample
+wrkSample (WrkRun st script) srv c path = do
+  let url = "http://127.0.0.1:" ++ show (srvPort srv) ++ path
+      secs = max 1 (round (setDuration st)) :: Int
+  _ <- readProcessWithExitCode "taskset" ["-c", clientCores 1, "wrk", "-t1", "-c" ++ show c, "-d1s", url] ""
+  toSample <$> measure srv 0 (fromIntegral secs)
+    ["taskset", "-c", clientCores 1, "wrk", "-t1", "-c" ++ show c, "-d" ++ show secs ++ "s", "-s", script, url]
+
+-- | An nginx to measure.
+data NginxSite = NginxSite
+  { ngxLabel    :: String
+    -- ^ Names its log in the results directory.
+  , ngxCores    :: String
+    -- ^ The cores it is pinned to (a taskset list).
+  , ngxWorkers  :: Int
+    -- ^ Worker processes. One runs as a single process; more run under a
+    -- master, and 'cpuTicks' adds the workers' CPU to the master's.
+  , ngxLocation :: String
+    -- ^ The body of its @location /@ block.
+  }
+
+-- | Run nginx on a free loopback port for the body's duration.
+withNginx :: NginxSite -> (Server -> IO a) -> IO a
+withNginx site body = do
+  dir <- (</> "nginx") <$> (makeAbsolute =<< resultsDir)
+  createDirectoryIfMissing True dir
+  port <- freePort
+  let conf = dir </> ("nginx-" ++ show port ++ ".conf")
+  writeFile conf (nginxConfig dir port (ngxWorkers site) (ngxLocation site))
+  bracket (startServerOn (ngxLabel site) (ngxCores site) port ["nginx", "-c", conf, "-p", dir]) stopServer body
+
+-- | nginx's answer in the pong benchmark.
+pongLocation :: String
+pongLocation = "default_type text/plain; return 200 \"PONG\";"
 
 -- | wrk's report in weft-loadgen's key=value form (latencies in us).
 wrkScript :: String
@@ -399,10 +472,12 @@ wrkScript = unlines
   , "    e.connect + e.read + e.write + e.status + e.timeout))"
   , "end" ]
 
--- | One nginx process (no master), serving the pong body on loopback.
-nginxConfig :: FilePath -> Int -> String
-nginxConfig dir port = unlines
-  [ "daemon off;", "master_process off;", "worker_processes 1;"
+-- | nginx on loopback with the given workers (one: a single process, no
+-- master) and @location /@ block.
+nginxConfig :: FilePath -> Int -> Int -> String -> String
+nginxConfig dir port workers location = unlines
+  [ "daemon off;", "master_process " ++ (if workers > 1 then "on;" else "off;")
+  , "worker_processes " ++ show workers ++ ";"
   , "error_log " ++ dir </> "error.log" ++ " warn;", "pid " ++ dir </> ("nginx-" ++ show port ++ ".pid") ++ ";"
   , "worker_rlimit_nofile 65536;"
   , "events { worker_connections 20000; }"
@@ -413,7 +488,7 @@ nginxConfig dir port = unlines
   , "  scgi_temp_path " ++ dir </> "tmp" ++ ";"
   , "  server {"
   , "    listen 127.0.0.1:" ++ show port ++ ";"
-  , "    location / { default_type text/plain; return 200 \"PONG\"; }"
+  , "    location / { " ++ location ++ " }"
   , "  }"
   , "}" ]
 

@@ -501,9 +501,10 @@ calibrateSteal layout = do
 -- once. Call it again (from the handler, after a read says @EAGAIN@) to
 -- keep watching. The watch uses the calling capability's manager.
 --
--- If the fd is closed with 'Weft.closeFdWith' (as "Weft.Net"'s @close@
--- does) before it is ready, nothing is posted. Throws an 'IOError' if the
--- fd cannot be watched (closed, or a regular file).
+-- Close a watched fd with 'Weft.closeFdWith': then a watch that has not
+-- fired posts nothing. A plain @close@ leaves the watch in the manager,
+-- where it could fire for the next file that reuses the fd number. Throws
+-- an 'IOError' if the fd cannot be watched (closed, or a regular file).
 onReadable :: Runtime -> Fd -> Color -> Handler -> IO () -> IO ()
 onReadable rt = onReady rt evtRead
 

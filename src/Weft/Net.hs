@@ -30,6 +30,13 @@ module Weft.Net
   , sendAll
   , sendMany
   , shutdownSend
+    -- * Without waiting
+    -- | For event-driven code that waits for readiness itself (e.g. with
+    -- @Weft.Color.onReadable@): these never wait and never register the
+    -- socket with a manager; 'Nothing' means the call would block.
+  , tryAccept
+  , tryRecv
+  , trySendMany
   , close
   , gracefulClose
   , localAddress
@@ -308,27 +315,110 @@ sendMany s chunks = case filter (not . B.null) chunks of
   where
     go [] = return ()
     go bss = do
-      let batch = take maxIov bss
-          count = length batch
-      sent <- allocaBytes (count * iovSize) $ \iov -> do
-        forM_ (zip [0 ..] batch) $ \(i, BI.PS fp off len) -> do
-          let entry = iov `plusPtr` (i * iovSize)
-          pokeByteOff entry 0 (unsafeForeignPtrToPtr fp `plusPtr` off)
-          pokeByteOff entry 8 (fromIntegral len :: CSize)
-        let loop = do
-              r <- sendVector s iov count
-              if r >= 0 then return (fromIntegral r) else retryOrThrow "sendMany" Writing s r loop
-        r <- loop
-        mapM_ (\(BI.PS fp _ _) -> touchForeignPtr fp) batch
-        return r
+      let loop = do
+            r <- sendGathered s bss
+            if r >= 0 then return (fromIntegral r) else retryOrThrow "sendMany" Writing s r loop
+      sent <- loop
       go (dropBytes sent bss)
-    dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
-    dropBytes _ [] = []
-    dropBytes k (b : bs)
-      | k >= B.length b = dropBytes (k - B.length b) bs
-      | otherwise = B.drop k b : bs
+
+-- | Drop the first @k@ bytes of a list of strings.
+dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
+dropBytes _ [] = []
+dropBytes k (b : bs)
+  | k >= B.length b = dropBytes (k - B.length b) bs
+  | otherwise = B.drop k b : bs
+
+-- | One @sendmsg@ of the first 'maxIov' strings: bytes sent, or -errno.
+sendGathered :: Socket -> [B.ByteString] -> IO CLong
+sendGathered s bss = do
+  let batch = take maxIov bss
+      count = length batch
+  r <- allocaBytes (count * iovSize) $ \iov -> do
+    forM_ (zip [0 ..] batch) $ \(i, BI.PS fp off len) -> do
+      let entry = iov `plusPtr` (i * iovSize)
+      pokeByteOff entry 0 (unsafeForeignPtrToPtr fp `plusPtr` off)
+      pokeByteOff entry 8 (fromIntegral len :: CSize)
+    sendVector s iov count
+  mapM_ (\(BI.PS fp _ _) -> touchForeignPtr fp) batch
+  return r
+  where
     iovSize = 16
-    maxIov = 1024
+
+-- | The most strings one gather write takes (Linux's @UIO_MAXIOV@).
+maxIov :: Int
+maxIov = 1024
+
+------------------------------------------------------------------------------
+-- Without waiting
+
+-- | Accept a connection if one is pending, without waiting: 'Nothing' if
+-- the listener has none (@EAGAIN@). The new socket is non-blocking, like
+-- every weft socket. Throws an 'IOError' as 'accept' does, e.g. @EMFILE@
+-- when the process is out of fds, @ECONNABORTED@ for a connection reset
+-- while queued (the caller may simply try again), @EBADF@ on a closed
+-- listener.
+tryAccept :: Socket -> IO (Maybe (Socket, SockAddr))
+tryAccept s = allocaBytes addressSpace $ \p -> with (fromIntegral addressSpace) $ \lenp -> do
+  let loop = do
+        r <- acceptRaw s p lenp
+        if r >= 0 then return (Just r)
+          else if r == negate (errnoLong eAGAIN) then return Nothing
+          else if r == negate (errnoLong eINTR) then loop
+          else socketError "accept" s r
+  accepted <- loop
+  case accepted of
+    Nothing -> return Nothing
+    Just fd -> (`onException` c_close (fromIntegral fd)) $ do
+      peer <- peekSocketAddress (castPtr p)
+      conn <- newSocket (fromIntegral fd)
+      return (Just (conn, peer))
+
+-- | Receive at most the given number of bytes (which must be positive)
+-- without waiting: 'Nothing' if none are there (@EAGAIN@), an empty string
+-- at end of stream (the peer shut its side down). Throws an 'IOError' as
+-- 'recv' does: on a reset (@ECONNRESET@), a closed socket (@EBADF@), or
+-- once an idle timeout ('setIdleTimeout') expired.
+tryRecv :: Socket -> Int -> IO (Maybe B.ByteString)
+tryRecv s n
+  | n <= 0 = throwIO (invalid "tryRecv" "the byte count must be positive")
+  | n > scratchBytes = do
+      -- Too large for the scratch buffer: receive into a fresh one.
+      r <- BI.createAndTrim' n $ \p -> do
+        k <- S.recvBuf s p n
+        return (0, max 0 (fromIntegral k), k)
+      finish r
+  | otherwise = do
+      -- Note [Receiving through a scratch buffer]
+      r <- withScratch $ \p -> do
+        k <- S.recvBuf s p n
+        if k > 0 then (\bs -> (bs, k)) <$> BI.create (fromIntegral k) (\d -> BI.memcpy d p (fromIntegral k))
+          else return (B.empty, k)
+      finish r
+  where
+    finish (bs, k)
+      | k > 0 = return (Just bs)
+      | k == 0 = Just B.empty <$ endOfStream s
+      | k == negate (errnoLong eAGAIN) = return Nothing
+      | k == negate (errnoLong eINTR) = tryRecv s n
+      | otherwise = socketError "recv" s k
+
+-- | Send as much of the strings, in order, as the socket takes now, with
+-- one gather write (@sendmsg@) of at most the first 1024 strings: the
+-- number of bytes taken (possibly fewer than offered; 0 for no bytes
+-- offered), or 'Nothing' if it would take none (@EAGAIN@). Throws an
+-- 'IOError' as 'send' does: the peer is gone (@EPIPE@, @ECONNRESET@), the
+-- socket is closed, or timed out.
+trySendMany :: Socket -> [B.ByteString] -> IO (Maybe Int)
+trySendMany s chunks = case filter (not . B.null) chunks of
+  [] -> return (Just 0)
+  bss -> do
+    r <- case bss of
+      [one] -> BU.unsafeUseAsCStringLen one $ \(p, n) -> sendBuf s (castPtr p) n
+      _ -> sendGathered s bss
+    if r >= 0 then return (Just (fromIntegral r))
+      else if r == negate (errnoLong eAGAIN) then return Nothing
+      else if r == negate (errnoLong eINTR) then trySendMany s bss
+      else socketError "send" s r
 
 -- | Shut the sending side down (a half-close): the peer sees an end of
 -- stream; receiving still works.

@@ -35,6 +35,20 @@ responseSpec = describe "responses" $ do
     B.length pongResponse `shouldBe` 42
     pongResponse `shouldBe` "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nPONG"
 
+  it "pongResponseOf builds a body of the asked length, PONG repeated" $ do
+    pongResponseOf 4 `shouldBe` pongResponse
+    pongResponseOf 6 `shouldBe` "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nPONGPO"
+    pongResponseOf (-1) `shouldBe` "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    let big = pongResponseOf 1024
+    B.length big `shouldBe` B.length "HTTP/1.1 200 OK\r\nContent-Length: 1024\r\n\r\n" + 1024
+
+  it "servePongWith answers GET with its response and HEAD with that response's head" $ do
+    out <- newIORef []
+    input <- newIORef ["HEAD / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\n\r\n"]
+    let recv = atomicModifyIORef' input (\cs -> (drop 1 cs, if null cs then B.empty else head cs))
+    servePongWith (pongResponseOf 6) defaultLimits recv (\bs -> modifyIORef' out (bs :))
+    readIORef out `shouldReturn` [["HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\n", pongResponseOf 6]]
+
   it "errorStatus maps each error to its status" $
     map errorStatus
       [ BadRequest "x", HeaderTooLarge, TooManyHeaders, BodyTooLarge

@@ -17,6 +17,7 @@ import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import System.Directory (listDirectory)
 import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
+import System.Mem (performMajorGC)
 import System.Posix.Resource
 import System.Posix.Types (Fd (..))
 import qualified System.Timeout as GHC
@@ -232,6 +233,9 @@ spec kind = describe "Weft.Net" $ do
     served <- newIORef (0 :: Int)
     let handler s a = atomicModifyIORef' served (\n -> (n + 1, ())) >> echo s a
     withWeftServer W.defaultServerConfig handler $ \addr -> do
+      -- Fds that only a finalizer will close would free numbers under the
+      -- limit midway: let them go now.
+      performMajorGC >> threadDelay 10000
       -- Client sockets made before the limit drops; connecting needs no fd.
       clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
       lim <- getResourceLimit ResourceOpenFiles
@@ -308,6 +312,60 @@ spec kind = describe "Weft.Net" $ do
                    | otherwise = W.recv srv 65536 >>= \b -> loop (b : acc) (n + B.length b)
     got <- within 10 "all bytes" (loop [] 0)
     got `shouldBe` expected
+
+  it "tryAccept says would-block with nothing pending, then takes a pending connection" $ do
+    l <- W.listen loopback
+    addr <- W.localAddress l
+    (`finally` W.close l) $ do
+      none <- W.tryAccept l
+      fmap (W.socketFd . fst) none `shouldBe` Nothing
+      bracket (connectClient addr) N.close $ \c -> do
+        -- The handshake completes in the kernel; the connection is queued.
+        let poll = W.tryAccept l >>= maybe (threadDelay 1000 >> poll) return
+        (s, _) <- within 2 "accept" poll
+        (`finally` W.close s) $ do
+          NB.sendAll c (BC.pack "hi")
+          got <- within 2 "recv" (W.recv s 10)
+          got `shouldBe` BC.pack "hi"
+
+  it "tryRecv: would-block, bytes, then an end of stream; a reset throws" $ withPair $ \(c, srv) -> do
+    W.tryRecv srv 100 `shouldReturn` Nothing
+    W.sendAll c (BC.pack "abc")
+    let poll = W.tryRecv srv 100 >>= maybe (threadDelay 500 >> poll) return
+    within 2 "bytes" poll `shouldReturn` BC.pack "abc"
+    W.tryRecv srv 100 `shouldReturn` Nothing
+    W.shutdownSend c
+    within 2 "end of stream" poll `shouldReturn` B.empty
+    (W.tryRecv srv 0 >> return ()) `shouldThrow` (\e -> ioe_type e == InvalidArgument)
+
+  it "tryRecv throws ECONNRESET on a reset" $ do
+    l <- W.listen loopback
+    addr <- W.localAddress l
+    (`finally` W.close l) $ do
+      c <- connectClient addr
+      (s, _) <- within 2 "accept" (W.accept l)
+      (`finally` W.close s) $ do
+        N.setSockOpt c N.Linger (N.StructLinger 1 0)
+        N.close c
+        let poll = W.tryRecv s 100 >>= maybe (threadDelay 500 >> poll) return
+        r <- within 2 "reset" (try poll)
+        r `shouldSatisfy` isErrno ResourceVanished
+
+  it "trySendMany takes what fits, then says would-block; every byte taken arrives" $ withPair $ \(c, srv) -> do
+    W.trySendMany c [] `shouldReturn` Just 0
+    let chunk = B.replicate 65536 7
+        fill total = do
+          r <- W.trySendMany c [chunk, BC.pack "x"]
+          case r of
+            Nothing -> return total
+            Just n -> fill (total + n)
+    sent <- within 5 "fill" (fill 0)
+    sent `shouldSatisfy` (> 0)
+    -- The socket is full: nothing more goes in.
+    W.trySendMany c [chunk] `shouldReturn` Nothing
+    let drain got | got >= sent = return got
+                  | otherwise = W.recv srv 65536 >>= \b -> drain (got + B.length b)
+    within 10 "drain" (drain 0) `shouldReturn` sent
 
   it "threads blocked on many sockets all wake" $ do
     results <- within 20 "all pairs" $ mapConcurrently (\i -> withPair $ \(c, srv) -> do

@@ -1,7 +1,7 @@
 -- | The example servers over loopback, on weft and on GHC's manager: many
 -- concurrent clients, pipelining, resets, half-close, garbage, oversized
 -- headers and idle clients. Other clients must be served throughout.
-module Test.Servers (spec) where
+module Test.Servers (spec, recvAll, statusOf) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (forConcurrently_)

@@ -16,6 +16,7 @@
 module Example.Http
   ( -- * Responses
     pongResponse
+  , pongResponseOf
     -- * Limits
   , Limits (..)
   , defaultLimits
@@ -29,6 +30,7 @@ module Example.Http
   , errorResponse
     -- * Serving a connection
   , servePong
+  , servePongWith
   ) where
 
 import Data.ByteString (ByteString)
@@ -42,6 +44,16 @@ import Data.Word (Word8)
 -- request that asked to close, the close itself is the only signal.
 pongResponse :: ByteString
 pongResponse = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nPONG"
+
+-- | A pong answer with a body of the given number of bytes (negative
+-- counts as 0): @PONG@ repeated and cut to that length, e.g. to compare
+-- with a server sending files of that size. @pongResponseOf 4@ is
+-- 'pongResponse'.
+pongResponseOf :: Int -> ByteString
+pongResponseOf n0 = B.concat
+  [ "HTTP/1.1 200 OK\r\nContent-Length: ", C.pack (show n), "\r\n\r\n"
+  , B.take n (B.concat (replicate (n `div` 4 + 1) "PONG")) ]
+  where n = max 0 n0
 
 -- | Per-connection resource limits. None may be negative.
 data Limits = Limits
@@ -405,7 +417,13 @@ isTokenByte b
 -- Exceptions from @recv@ and @sendMany@ propagate, so the caller decides
 -- what a reset connection means.
 servePong :: Limits -> IO ByteString -> ([ByteString] -> IO ()) -> IO ()
-servePong lim recv sendMany = await B.empty 0
+servePong = servePongWith pongResponse
+
+-- | 'servePong' answering with the given response (a complete message with
+-- a head ending in an empty line, e.g. from 'pongResponseOf'), or its head
+-- alone for @HEAD@ requests.
+servePongWith :: ByteString -> Limits -> IO ByteString -> ([ByteString] -> IO ()) -> IO ()
+servePongWith response lim recv sendMany = await B.empty 0
   where
     -- Wait for input. @pending@ is the start of an incomplete head (at most
     -- maxHeaderBytes); @skip@ counts body bytes still to discard. At most
@@ -436,16 +454,17 @@ servePong lim recv sendMany = await B.empty 0
         where
           rest = B.drop used buf
           body = requestBodyLength req
-          queued' = pongFor req : queued
+          queued' = answerFor response req : queued
 
     send [] = return ()
     send queued = sendMany (reverse queued)
 
--- | The answer to a request: 'pongResponse', without its body for @HEAD@.
+-- | The answer to a request: the response, without its body for @HEAD@.
 -- A HEAD response announces the length a GET would have but must not carry
 -- the bytes (RFC 9110, section 9.3.2); sending them would make the client
--- read @PONG@ as the start of the next response.
-pongFor :: Request -> ByteString
-pongFor req
-  | requestMethod req == "HEAD" = B.take (B.length pongResponse - 4) pongResponse
-  | otherwise = pongResponse
+-- read the body as the start of the next response.
+answerFor :: ByteString -> Request -> ByteString
+answerFor response req
+  | requestMethod req == "HEAD" = B.append headEnd "\r\n\r\n"
+  | otherwise = response
+  where headEnd = fst (B.breakSubstring "\r\n\r\n" response)

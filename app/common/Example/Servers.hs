@@ -4,6 +4,7 @@ module Example.Servers
   , simpleReply
   , echoServer
   , pongServer
+  , pongServerWith
   ) where
 
 import Control.Monad (replicateM_, unless)
@@ -42,4 +43,8 @@ echoServer conn = do
 
 -- | HTTP/1.1 keep-alive pong ("Example.Http").
 pongServer :: Conn -> IO ()
-pongServer conn = servePong defaultLimits (connRecv conn 4096) (connSendMany conn)
+pongServer = pongServerWith pongResponse
+
+-- | 'pongServer' answering with the given response ('servePongWith').
+pongServerWith :: B.ByteString -> Conn -> IO ()
+pongServerWith response conn = servePongWith response defaultLimits (connRecv conn 4096) (connSendMany conn)

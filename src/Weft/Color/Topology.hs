@@ -110,10 +110,17 @@ systemTopology fallbackCores = do
         idxs <- filter ((== "index") . take 5) <$> listDirectory dir
         concat <$> mapM (entry . (dir </>)) idxs
     entry d = do
-      ty <- trim <$> readFile (d </> "type")
-      lvl <- readMaybe . trim <$> readFile (d </> "level")
-      cpus <- parseCpuList . trim <$> readFile (d </> "shared_cpu_list")
-      return [ (l :: Int, cs) | ty /= "Instruction", Just l <- [lvl], Just cs <- [cpus] ]
+      ty <- trim <$> readStrict (d </> "type")
+      if ty == "Instruction" then return [] else do
+        lvl <- readMaybe . trim <$> readStrict (d </> "level")
+        cpus <- parseCpuList . trim <$> readStrict (d </> "shared_cpu_list")
+        return [ (l :: Int, cs) | Just l <- [lvl], Just cs <- [cpus] ]
+    -- Read the whole file now, so its handle is closed now and not when
+    -- the garbage collector finds it (a program near its fd limit would
+    -- see fds close at random moments).
+    readStrict f = do
+      s <- readFile f
+      length s `seq` return s
     trim = reverse . dropWhile isSpace . reverse . dropWhile isSpace
 
 -- | Parse a Linux CPU list such as @0-3,8,10-11@.

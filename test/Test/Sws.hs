@@ -1,0 +1,276 @@
+{-# LANGUAGE OverloadedStrings #-}
+-- | weft-sws, the colored static web server, in-process on loopback with a
+-- temporary document root, under two policies (no stealing, and Mely's):
+-- exact bytes and keep-alive, pipelining, requests split byte by byte,
+-- 404s that never escape the root, 400 and 431 then close, 405, resets,
+-- half-closes, HTTP/1.0, idle timeouts, the client limit, fd exhaustion,
+-- and 200 concurrent clients.
+-- After the bad clients, good ones must still be served, and every
+-- connection must be accounted for (the open-client count returns to 0).
+module Test.Sws (spec) where
+
+import Control.Concurrent
+import Control.Concurrent.Async (forConcurrently_)
+import Control.Exception
+import Control.Monad
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import Network.Socket (SockAddr (..))
+import qualified Network.Socket as N
+import qualified Network.Socket.ByteString as NB
+import System.Directory
+import System.FilePath ((</>))
+import System.Mem (performMajorGC)
+import System.Posix.Files (createSymbolicLink)
+import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
+import System.Posix.Resource
+import System.Posix.Types (Fd (..))
+import Test.Hspec
+
+import Support
+import Sws.Cache
+import Sws.Server
+import Test.Net (connectClient, recvExactly)
+import Test.Servers (recvAll, statusOf)
+import Weft.Color
+
+-- | The files of the test document root.
+helloBody, indexBody, pageBody :: B.ByteString
+helloBody = B.pack [ fromIntegral (33 + i `mod` 90) | i <- [0 .. 1023 :: Int] ]
+indexBody = "<h1>index</h1>\n"
+pageBody = "<p>page</p>\n"
+
+-- | A 200 response as a client must see it, written out independently of
+-- the server's code.
+ok :: B.ByteString -> B.ByteString -> B.ByteString
+ok contentType body = B.concat
+  [ "HTTP/1.1 200 OK\r\nServer: weft-sws\r\nContent-Type: ", contentType
+  , "\r\nContent-Length: ", BC.pack (show (B.length body)), "\r\n\r\n", body ]
+
+helloOk, indexOk, pageOk, notFoundReply :: B.ByteString
+helloOk = ok "text/plain; charset=utf-8" helloBody
+indexOk = ok "text/html; charset=utf-8" indexBody
+pageOk = ok "text/html; charset=utf-8" pageBody
+notFoundReply = "HTTP/1.1 404 Not Found\r\nServer: weft-sws\r\nContent-Type: text/plain\r\n\
+                \Content-Length: 14\r\n\r\n404 Not Found\n"
+
+get :: B.ByteString -> B.ByteString
+get path = "GET " <> path <> " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: weft-test\r\n\r\n"
+
+-- | A document root in a fresh temporary directory: two files, an index, a
+-- dot-file and a symbolic link to a file outside the root.
+withDocRoot :: (FilePath -> IO a) -> IO a
+withDocRoot body = do
+  tmp <- getTemporaryDirectory
+  let make k = do
+        let dir = tmp </> ("weft-sws-test-" ++ show (k :: Int))
+        exists <- doesPathExist dir
+        if exists then make (k + 1) else dir <$ createDirectory dir
+  bracket (make 0) removeDirectoryRecursive $ \dir -> do
+    let root = dir </> "root"
+    createDirectory root
+    createDirectory (root </> "sub")
+    B.writeFile (root </> "hello.txt") helloBody
+    B.writeFile (root </> "index.html") indexBody
+    B.writeFile (root </> "sub" </> "page.html") pageBody
+    B.writeFile (root </> ".secret") "secret\n"
+    B.writeFile (dir </> "outside.txt") "outside\n"
+    createSymbolicLink (dir </> "outside.txt") (root </> "link.txt")
+    body root
+
+-- | Run a server on a free loopback port under the policy; afterwards every
+-- connection must have been closed and counted down.
+withSws :: Policy -> (ServerConfig -> ServerConfig) -> (Server -> SockAddr -> IO a) -> IO a
+withSws policy tweak body = withDocRoot $ \root -> do
+  cache <- buildCache defaultCacheLimits (BC.pack root)
+  -- A fixed two-core topology: these tests are about serving, and it
+  -- spares each runtime reading /sys.
+  let rt = defaultConfig { cfgPolicy = policy, cfgTopology = Just (flatTopology 2) }
+      cfg = tweak defaultServerConfig { cfgRuntime = rt }
+  bracket (startServer cfg cache (SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))) stopServer $ \srv -> do
+    r <- body srv (serverAddress srv)
+    eventually "every connection closed and counted" ((== 0) <$> serverClients srv)
+    return r
+
+withClient :: SockAddr -> (N.Socket -> IO a) -> IO a
+withClient addr = bracket (connectClient addr) N.close
+
+-- | Send a request and expect exactly these bytes back.
+expectReply :: N.Socket -> B.ByteString -> B.ByteString -> Expectation
+expectReply c req reply = do
+  NB.sendAll c req
+  within 2 "reply" (recvExactly c (B.length reply)) `shouldReturn` reply
+
+-- | A fresh client still gets the file.
+stillServed :: SockAddr -> Expectation
+stillServed addr = withClient addr $ \c -> expectReply c (get "/hello.txt") helloOk
+
+spec :: Spec
+spec = describe "weft-sws" $ do
+  describe "request targets" $ do
+    let cache = cacheFromList [ ("/a.txt", prebuild "200 OK" [] "A"), ("/d/index.html", prebuild "200 OK" [] "I") ]
+        found t = case lookupTarget cache t of
+          Found r -> Just (responseBytes KeepAlive11 r)
+          _ -> Nothing
+        isBad t = case lookupTarget cache t of
+          BadTarget -> True
+          _ -> False
+    it "serves exact keys, with queries and escapes, and directory indexes" $ do
+      fmap (B.takeWhileEnd (/= 10)) (found "/a.txt?x=1#f") `shouldBe` Just "A"
+      fmap (B.takeWhileEnd (/= 10)) (found "/%61.txt") `shouldBe` Just "A"
+      fmap (B.takeWhileEnd (/= 10)) (found "http://example.com/a.txt") `shouldBe` Just "A"
+      fmap (B.takeWhileEnd (/= 10)) (found "/d/") `shouldBe` Just "I"
+    it "never resolves dot segments, and rejects what is not a path" $ do
+      map found ["/d/../a.txt", "/./a.txt", "/%2e%2e/a.txt", "/d", "a.txt"] `shouldBe` replicate 5 Nothing
+      map isBad ["a.txt", "*", "/%zz", "/%2"] `shouldBe` [True, True, True, True]
+    it "loads regular files only, indexes directories, and refuses a root over its limits" $ withDocRoot $ \root -> do
+      loaded <- buildCache defaultCacheLimits (BC.pack root)
+      cacheEntries loaded `shouldBe` 4
+      let paths = ["/hello.txt", "/index.html", "/", "/sub/page.html", "/sub/", "/link.txt", "/.secret"]
+      [ p | p <- paths, Just _ <- [cacheLookup loaded p] ] `shouldBe` ["/hello.txt", "/index.html", "/", "/sub/page.html"]
+      cacheBytes loaded `shouldBe` B.length helloBody + B.length indexBody + B.length pageBody
+      buildCache defaultCacheLimits { limitFiles = 2 } (BC.pack root) `shouldThrow` anyIOException
+      buildCache defaultCacheLimits { limitTotalBytes = 1000 } (BC.pack root) `shouldThrow` anyIOException
+      buildCache defaultCacheLimits (BC.pack (root </> "hello.txt")) `shouldThrow` anyIOException
+
+    it "guesses content types from extensions" $
+      map contentTypeFor ["/a.HTML", "/b.css", "/c.png", "/d", "/e.tar.gz", "/.x/y"]
+        `shouldBe` [ "text/html; charset=utf-8", "text/css", "image/png", "application/octet-stream"
+                   , "application/octet-stream", "application/octet-stream" ]
+
+  forM_ [NoStealing, Mely] $ \policy -> describe (policyName policy) $ do
+    it "serves exact bytes, keeping one connection alive across requests" $
+      withSws policy id $ \_ addr -> withClient addr $ \c ->
+        forM_ [1 .. 3 :: Int] $ \_ -> do
+          expectReply c (get "/hello.txt") helloOk
+          expectReply c (get "/") indexOk
+          expectReply c (get "/sub/page.html") pageOk
+
+    it "answers pipelined requests in order, and requests split byte by byte" $
+      withSws policy id $ \_ addr -> withClient addr $ \c -> do
+        expectReply c (B.concat [get "/hello.txt", get "/missing", get "/sub/page.html"])
+          (B.concat [helloOk, notFoundReply, pageOk])
+        N.setSocketOption c N.NoDelay 1
+        forM_ (B.unpack (get "/index.html")) $ \b -> NB.sendAll c (B.singleton b) >> threadDelay 100
+        within 2 "reply" (recvExactly c (B.length indexOk)) `shouldReturn` indexOk
+
+    it "answers 404 for unknown paths, dot-files, links and escapes from the root, and keeps serving" $
+      withSws policy id $ \_ addr -> withClient addr $ \c -> do
+        forM_ ["/nope", "/.secret", "/link.txt", "/../outside.txt", "/sub/../../outside.txt", "/%2e%2e/outside.txt"] $ \p ->
+          expectReply c (get p) notFoundReply
+        expectReply c (get "/hello.txt") helloOk
+
+    it "answers garbage with 400 and closes; others are still served" $
+      withSws policy id $ \_ addr -> do
+        withClient addr $ \c -> do
+          NB.sendAll c (B.pack [0, 1, 2, 200, 13, 10, 13, 10])
+          reply <- within 2 "reply" (recvAll c)
+          statusOf reply `shouldBe` "400"
+          BC.isInfixOf "Connection: close" reply `shouldBe` True
+        stillServed addr
+
+    it "answers other methods with 405, skips their bodies and keeps the connection" $
+      withSws policy id $ \_ addr -> withClient addr $ \c -> do
+        NB.sendAll c "POST /hello.txt HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        NB.sendAll c (get "/hello.txt")
+        let allowed = "HTTP/1.1 405 Method Not Allowed\r\nServer: weft-sws\r\nAllow: GET\r\n\
+                      \Content-Type: text/plain\r\nContent-Length: 43\r\n\r\n\
+                      \405 Method Not Allowed: only GET is served\n"
+        within 2 "replies" (recvExactly c (B.length allowed + B.length helloOk)) `shouldReturn` (allowed <> helloOk)
+
+    it "answers an oversized head with 431 and closes; others are still served" $
+      withSws policy id $ \_ addr -> do
+        withClient addr $ \c -> do
+          _ <- forkIO $ void (try (NB.sendAll c ("GET / HTTP/1.1\r\nX-Big: " <> BC.replicate 20000 'a'))
+                                :: IO (Either IOException ()))
+          reply <- within 2 "reply" (recvAll c)
+          statusOf reply `shouldBe` "431"
+        stillServed addr
+
+    it "survives clients that reset mid-request or half-close" $
+      withSws policy id $ \_ addr -> do
+        forM_ [1 .. 20 :: Int] $ \_ -> do
+          c <- connectClient addr
+          NB.sendAll c (B.take 20 (get "/hello.txt"))
+          N.setSockOpt c N.Linger (N.StructLinger 1 0)
+          N.close c
+        -- A request then a half-close: the whole reply, then the close.
+        withClient addr $ \c -> do
+          NB.sendAll c (get "/hello.txt")
+          N.shutdown c N.ShutdownSend
+          within 2 "reply and close" (recvAll c) `shouldReturn` helloOk
+        stillServed addr
+
+    it "closes a slow client at the idle timeout and keeps serving others" $
+      withSws policy (\c -> c { cfgIdleTimeout = 200000 }) $ \srv addr -> withClient addr $ \slow -> do
+        NB.sendAll slow (B.take 20 (get "/hello.txt"))
+        stillServed addr
+        within 3 "slow client closed" (recvAll slow) `shouldReturn` B.empty
+        eventually "the slow client counted out" ((== 0) <$> serverClients srv)
+
+    it "closes after the reply when asked, and keeps HTTP/1.0 alive only on request" $
+      withSws policy id $ \_ addr -> do
+        withClient addr $ \c -> do
+          NB.sendAll c "GET /sub/page.html HTTP/1.1\r\nConnection: close\r\n\r\n"
+          reply <- within 2 "reply" (recvAll c)
+          reply `shouldBe` B.concat [ B.take (B.length pageOk - B.length pageBody - 2) pageOk
+                                    , "Connection: close\r\n\r\n", pageBody ]
+        withClient addr $ \c -> do
+          NB.sendAll c "GET /sub/page.html HTTP/1.0\r\n\r\n"
+          reply <- within 2 "reply" (recvAll c)
+          BC.isInfixOf "Connection: close\r\n" reply `shouldBe` True
+        withClient addr $ \c -> do
+          let keep = B.concat [ B.take (B.length pageOk - B.length pageBody - 2) pageOk
+                              , "Connection: keep-alive\r\n\r\n", pageBody ]
+          forM_ [1 .. 2 :: Int] $ \_ ->
+            expectReply c "GET /sub/page.html HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" keep
+
+    it "refuses connections over the client limit with 503, and admits again below it" $
+      withSws policy (\c -> c { cfgMaxClients = 3 }) $ \srv addr -> do
+        held <- replicateM 3 (connectClient addr)
+        (`finally` mapM_ N.close held) $ do
+          eventually "three clients admitted" ((== 3) <$> serverClients srv)
+          withClient addr $ \c -> do
+            reply <- within 2 "refusal" (recvAll c)
+            statusOf reply `shouldBe` "503"
+          serverRefused srv `shouldReturn` 1
+          N.close (head held)
+          eventually "a client left" ((== 2) <$> serverClients srv)
+          stillServed addr
+
+    it "rides out fd exhaustion at accept: admitted clients are served, accepting resumes" $
+      withSws policy id $ \srv addr -> do
+        startManagers
+        -- Handles that only a finalizer will close (lazy reads) would free
+        -- fd numbers under the limit midway: let them go now.
+        performMajorGC >> threadDelay 10000
+        -- Client sockets made before the limit drops; connecting needs no fd.
+        clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+        (`finally` mapM_ N.close clients) $ do
+          lim <- getResourceLimit ResourceOpenFiles
+          -- The limit bounds fd numbers, not counts: fill the free numbers
+          -- below the highest open fd, then allow three more.
+          highest <- maximum . map read <$> listDirectory "/proc/self/fd"
+          let fill acc = do
+                fd <- openFd "/dev/null" ReadOnly Nothing defaultFileFlags
+                if fd < Fd highest then fill (fd : acc) else closeFd fd >> return (fd, acc)
+          (Fd firstFree, fillers) <- fill []
+          let restore = setResourceLimit ResourceOpenFiles lim >> mapM_ closeFd fillers
+          (`finally` restore) $ do
+            setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + 3) }
+            mapM_ (`N.connect` addr) clients
+            eventually "three admitted" ((== 3) <$> serverClients srv)
+            threadDelay 20000
+            serverClients srv `shouldReturn` 3
+            forM_ (take 3 clients) $ \c -> expectReply c (get "/hello.txt") helloOk
+            setResourceLimit ResourceOpenFiles lim
+            forM_ clients $ \c -> expectReply c (get "/sub/page.html") pageOk
+
+    it "serves 200 concurrent clients, each several requests" $
+      withSws policy id $ \srv addr -> do
+        within 5 "clients" $ forConcurrently_ [1 .. 200 :: Int] $ \i -> withClient addr $ \c ->
+          forM_ [1 .. 5 :: Int] $ \j ->
+            if even (i + j) then expectReply c (get "/hello.txt") helloOk
+              else expectReply c (get "/sub/page.html") pageOk
+        stats' <- stats (serverRuntime srv)
+        sum (map csHandlerErrors stats') `shouldBe` 0
