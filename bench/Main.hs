@@ -8,6 +8,7 @@ import System.Environment (getArgs)
 import System.Exit (exitFailure)
 import System.IO
 
+import Bench.Kv (kvMain)
 import Bench.Net
 import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
@@ -27,6 +28,7 @@ main = do
     ("pong" : rest) -> () <$ pongBench (parseSettings rest)
     ("idle" : rest) -> () <$ idleBench (parseSettings rest)
     ("sws" : rest) -> () <$ uncurry swsBench (parseSwsArgs rest)
+    ("kv" : rest) -> () <$ kvMain rest
     ("all" : rest) -> runAll (parseSettings rest)
     _ -> do
       hPutStrLn stderr $ unlines
@@ -39,6 +41,8 @@ main = do
         , "  sws     a 1 KiB file under wrk: weft-sws (Weft.Color) under every policy, weft-pong,"
         , "          nginx (option: --quick, 64 connections only)"
         , "  wait    pipe ping-pong of fd waits (options: --reps N --round-trips N --caps 1,2)"
+        , "  kv      weft-kv vs redis-server under redis-benchmark, -P 1 and -P 16"
+        , "          (options: --quick -n REQUESTS --reps N --tests set,get,... --n2)"
         , "  timers  timeout, threadDelay scaling and memory, updateTimeout: weft vs GHC's timers"
         , "          (options: --reps N --long --timeouts N --updates N --timers N --delay-threads N,N,..."
         , "          --bytes-threads N --caps 1,2 --only timeout,delay,bytes,tickle)"
@@ -55,6 +59,7 @@ runAll st = do
   started <- getCurrentTime
   let waitArgs = if setLong st then [] else ["--reps", "3"]
       timerArgs = [ "--long" | setLong st ] ++ ["--reps", show (setReps st)]
+      kvArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
   sections <- forM
     [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
     , ("echo: one-connection round trip", echoBench st)
@@ -62,7 +67,8 @@ runAll st = do
     , ("idle: 64 active connections beside idle ones", idleBench st)
     , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
     , ("wait: fd waits in one process", waitMain waitArgs)
-    , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs) ] $ \(title, run) -> do
+    , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)
+    , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain kvArgs) ] $ \(title, run) -> do
       table <- run
       return ("## " ++ title ++ "\n\n```\n" ++ table ++ "```\n")
   machine <- readFile "/proc/cpuinfo"

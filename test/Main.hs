@@ -11,6 +11,7 @@ import Test.Hspec
 import qualified Test.FdTable
 import qualified Test.Lifecycle
 import qualified Test.Http
+import qualified Test.Kv
 import qualified Test.Net
 import qualified Test.Servers
 import qualified Test.Slot
@@ -31,6 +32,7 @@ main = do
     Test.Slot.spec
     Test.Wheel.spec
     Test.Http.spec
+    Test.Kv.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do

@@ -34,6 +34,9 @@ module Bench.Net
   , wrkSample
   , NginxSite (..)
   , withNginx
+  , startServer
+  , stopServer
+  , cpuTicks
   ) where
 
 import Control.Concurrent

@@ -1,0 +1,387 @@
+{-# LANGUAGE BangPatterns, OverloadedStrings #-}
+-- | RESP2, the Redis wire protocol, as weft-kv speaks it: an incremental
+-- request decoder and a reply encoder, both pure.
+--
+-- The decoder takes input in whatever chunks the socket delivers and
+-- returns every command completed so far; a command split over any number
+-- of chunks decodes the same as one that arrives whole (the test suite
+-- checks this over arbitrary chunkings). It accepts the two request forms
+-- Redis clients send: multibulk arrays of bulk strings (@*2\\r\\n$3\\r\\nGET\\r\\n...@)
+-- and inline commands (@PING\\r\\n@, words separated by spaces, no quoting).
+--
+-- Every input is bounded by 'Limits': a connection never buffers more than
+-- one header line of unparsed input ('maxLine') plus the bulk string being
+-- received ('maxBulk'). Input that breaks the protocol or a limit yields a
+-- 'ProtocolError', after which the connection cannot be resynchronised and
+-- must be answered with the error and closed.
+module Kv.Resp
+  ( -- * Limits
+    Limits (..)
+  , defaultLimits
+    -- * Decoding requests
+  , Decoder
+  , newDecoder
+  , Decoded (..)
+  , ProtocolError (..)
+  , feed
+    -- * Encoding requests
+  , encodeCommand
+    -- * Replies
+  , Reply (..)
+  , encodeReply
+  , encodeReplyChunks
+  , sharedBulkBytes
+  , decodeReply
+  , readInteger
+  ) where
+
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as C
+import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
+import Data.ByteString.Unsafe (unsafeIndex)
+import Data.Word (Word8)
+import Foreign.ForeignPtr (withForeignPtr)
+import Foreign.Ptr (Ptr, plusPtr)
+import Foreign.Storable (poke)
+
+------------------------------------------------------------------------------
+-- Limits
+
+-- | What one connection may send. All sizes in bytes.
+data Limits = Limits
+  { maxBulk :: !Int
+    -- ^ Longest bulk string (one argument). A longer declared length is a
+    -- 'ProtocolError' as soon as its header arrives, before any of it is
+    -- buffered.
+  , maxLine :: !Int
+    -- ^ Longest inline command or header line (@*N@, @$N@), line end
+    -- included.
+  , maxArgs :: !Int
+    -- ^ Most arguments in one multibulk command.
+  } deriving (Eq, Show)
+
+-- | 64 MiB bulk strings, 64 KiB lines, 1048576 arguments (Redis's own
+-- defaults for the last two).
+defaultLimits :: Limits
+defaultLimits = Limits
+  { maxBulk = 64 * 1024 * 1024
+  , maxLine = 64 * 1024
+  , maxArgs = 1024 * 1024
+  }
+
+------------------------------------------------------------------------------
+-- Decoding requests
+
+-- | Where the decoder stands between chunks.
+data Decoder = Decoder !ByteString !Pending
+  -- The unconsumed input (only ever an incomplete header or inline line,
+  -- at most 'maxLine' bytes), and what the next bytes belong to.
+
+data Pending
+  = Between
+    -- ^ Between commands.
+  | Args !Int [ByteString]
+    -- ^ In a multibulk command: arguments still to come, and the ones
+    -- received so far (latest first).
+  | Body !Int [ByteString] !Int [ByteString]
+    -- ^ In a bulk string: bytes still to come (its line end included), the
+    -- pieces received so far (latest first), then as 'Args'.
+
+-- | A decoder at the start of a connection.
+newDecoder :: Decoder
+newDecoder = Decoder B.empty Between
+
+-- | Why input cannot be decoded. The message is the text of the error
+-- reply (e.g. @ERR Protocol error: invalid bulk length@).
+newtype ProtocolError = ProtocolError ByteString
+  deriving (Eq, Show)
+
+-- | What one chunk of input completed: the commands, in order (each a
+-- non-empty argument list, the command name first), then either the
+-- decoder to feed the next chunk to, or the protocol error that ends the
+-- connection (the commands before it are still valid).
+data Decoded = Decoded [[ByteString]] (Either ProtocolError Decoder)
+
+-- | Decode a chunk of input. The returned arguments may share memory with
+-- the chunk: copy what you keep for long.
+--
+-- The decoder walks the input by position and slices out only the
+-- arguments (Note [Decoding by position]).
+feed :: Limits -> Decoder -> ByteString -> Decoded
+feed lim (Decoder held pending) chunk = case pending of
+  Between -> between 0 []
+  Args n acc -> args 0 n acc []
+  Body need pieces n acc -> body need pieces n acc
+  where
+    input | B.null held = chunk
+          | otherwise = B.append held chunk
+    total = B.length input
+    byte = unsafeIndex input
+
+    suspend cmds st p = Decoded (reverse cmds) (Right (Decoder (BU.unsafeDrop p input) st))
+    failed cmds msg = Decoded (reverse cmds) (Left (ProtocolError msg))
+
+    -- Between commands, at position p.
+    between :: Int -> [[ByteString]] -> Decoded
+    between !p cmds
+      | p >= total = suspend cmds Between total
+      | byte p == 42 {- '*' -} = case lineEnd p of
+          Incomplete -> suspend cmds Between p
+          TooLong -> failed cmds "ERR Protocol error: too big mbulk count string"
+          BadEnd -> failed cmds "ERR Protocol error: expected CRLF after the multibulk length"
+          EndsAt cr -> case decimalAt (p + 1) cr of
+            n | n == invalidNumber -> failed cmds "ERR Protocol error: invalid multibulk length"
+              | n <= 0 -> between (cr + 2) cmds        -- an empty command: nothing to run
+              | n <= maxArgs lim -> args (cr + 2) n [] cmds
+              | otherwise -> failed cmds "ERR Protocol error: invalid multibulk length"
+      | otherwise = case B.elemIndex 10 (BU.unsafeDrop p input) of
+          Nothing
+            | total - p >= maxLine lim -> failed cmds "ERR Protocol error: too big inline request"
+            | otherwise -> suspend cmds Between p
+          Just i
+            | i >= maxLine lim -> failed cmds "ERR Protocol error: too big inline request"
+            | otherwise ->
+                let l = BU.unsafeTake i (BU.unsafeDrop p input)
+                    l' = if not (B.null l) && B.last l == 13 then B.init l else l
+                    ws = filter (not . B.null) (B.splitWith isBlank l')
+                in between (p + i + 1) (if null ws then cmds else ws : cmds)
+
+    -- In a multibulk command with n arguments still to come, at p.
+    args :: Int -> Int -> [ByteString] -> [[ByteString]] -> Decoded
+    args !p !n acc cmds
+      | n == 0 = between p (reverse acc : cmds)
+      | p >= total = suspend cmds (Args n acc) total
+      | byte p /= 36 {- '$' -} =
+          failed cmds ("ERR Protocol error: expected '$', got '" <> B.singleton (byte p) <> "'")
+      | otherwise = case lineEnd p of
+          Incomplete -> suspend cmds (Args n acc) p
+          TooLong -> failed cmds "ERR Protocol error: too big bulk count string"
+          BadEnd -> failed cmds "ERR Protocol error: expected CRLF after the bulk length"
+          EndsAt cr -> case decimalAt (p + 1) cr of
+            len | len == invalidNumber || len < 0 -> failed cmds "ERR Protocol error: invalid bulk length"
+                | len > maxBulk lim -> failed cmds
+                    ("ERR Protocol error: bulk length " <> C.pack (show len)
+                     <> " exceeds the limit of " <> C.pack (show (maxBulk lim)) <> " bytes")
+                | otherwise ->
+                    let start = cr + 2
+                        end = start + len
+                    in if end + 2 <= total
+                         then if byte end == 13 && byte (end + 1) == 10
+                           then args (end + 2) (n - 1) (BU.unsafeTake len (BU.unsafeDrop start input) : acc) cmds
+                           else failed cmds "ERR Protocol error: expected CRLF after the bulk string"
+                         else Decoded (reverse cmds)
+                                (Right (Decoder B.empty (Body (len + 2 - (total - start)) [BU.unsafeDrop start input] n acc)))
+
+    -- Resuming in a bulk string that needs more bytes (its CRLF included).
+    body need pieces n acc
+      | total >= need =
+          let whole = B.concat (reverse (BU.unsafeTake need input : pieces))
+              len = B.length whole - 2
+          in if unsafeIndex whole len == 13 && unsafeIndex whole (len + 1) == 10
+               then args need (n - 1) (BU.unsafeTake len whole : acc) []
+               else failed [] "ERR Protocol error: expected CRLF after the bulk string"
+      | total == 0 = Decoded [] (Right (Decoder B.empty (Body need pieces n acc)))
+      | otherwise = Decoded [] (Right (Decoder B.empty (Body (need - total) (input : pieces) n acc)))
+
+    -- Where the header line that starts at p ends.
+    lineEnd :: Int -> LineEnd
+    lineEnd p = scan p
+      where
+        scan !i
+          | i - p >= maxLine lim = TooLong
+          | i >= total = Incomplete
+          | c == 13 || c == 10 =
+              if i + 2 - p > maxLine lim then TooLong
+              else if c /= 13 then BadEnd
+              else if i + 1 >= total then Incomplete
+              else if byte (i + 1) /= 10 then BadEnd
+              else EndsAt i
+          | otherwise = scan (i + 1)
+          where c = byte i
+
+    -- The decimal number in [from, to), or 'invalidNumber'.
+    decimalAt :: Int -> Int -> Int
+    decimalAt from to
+      | from < to && byte from == 45 {- '-' -} = let v = digits (from + 1) in if v == invalidNumber then v else negate v
+      | otherwise = digits from
+      where
+        digits start
+          | start >= to || to - start > 18 = invalidNumber
+          | otherwise = go start 0
+        go !i !acc
+          | i == to = acc
+          | d >= 48 && d <= 57 = go (i + 1) (acc * 10 + fromIntegral (d - 48))
+          | otherwise = invalidNumber
+          where d = byte i
+
+    isBlank c = c == 32 || c == 9
+
+-- | What 'decimalAt' returns for anything but a decimal of at most 18
+-- digits (which can never be this).
+invalidNumber :: Int
+invalidNumber = minBound
+
+data LineEnd = Incomplete | TooLong | BadEnd | EndsAt !Int
+
+-- Note [Decoding by position]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A command of n arguments arrives as 2n + 1 lines. Slicing out every line
+-- and every number would allocate several strings per argument, which in
+-- a server decoding hundreds of thousands of commands a second is most of
+-- the work. So the decoder keeps one input string and moves an index
+-- through it, reading header lines and numbers in place; the only strings
+-- it makes are the arguments themselves (slices, not copies). Only a bulk
+-- string that spans chunks is copied, once, when its last piece comes.
+-- Between chunks the decoder keeps the unconsumed bytes, which are at most
+-- one incomplete header or inline line.
+
+-- | A decimal integer with an optional @-@, nothing else, at most 18
+-- digits (so it cannot overflow an 'Int').
+readInteger :: ByteString -> Maybe Int
+readInteger bs
+  | B.null bs = Nothing
+  | unsafeIndex bs 0 == 45 {- '-' -} = negate <$> digits 1
+  | otherwise = digits 0
+  where
+    len = B.length bs
+    digits start
+      | start >= len || len - start > 18 = Nothing
+      | otherwise = go start 0
+    go !i !acc
+      | i == len = Just acc
+      | c >= 48 && c <= 57 = go (i + 1) (acc * 10 + fromIntegral (c - 48))
+      | otherwise = Nothing
+      where c = unsafeIndex bs i
+
+-- | A command as a client sends it: a multibulk array of bulk strings.
+encodeCommand :: [ByteString] -> ByteString
+encodeCommand = encodeReply . RArray . map RBulk
+
+------------------------------------------------------------------------------
+-- Replies
+
+-- | A RESP2 reply.
+data Reply
+  = RSimple !ByteString   -- ^ @+OK@; must not contain CR or LF
+  | RError !ByteString    -- ^ @-ERR ...@, the text without the @-@; no CR or LF
+  | RInt !Int             -- ^ @:42@
+  | RBulk !ByteString     -- ^ @$3\\r\\nfoo@, binary-safe
+  | RNil                  -- ^ @$-1@, the missing bulk string
+  | RArray [Reply]        -- ^ @*N@ followed by the elements
+  | RNilArray             -- ^ @*-1@, the missing array
+  deriving (Eq, Show)
+
+-- | The bytes of a reply, in one string of exactly its size.
+encodeReply :: Reply -> ByteString
+encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
+  where
+    size (RSimple s) = B.length s + 3
+    size (RError s) = B.length s + 3
+    size (RInt n) = decimalLength n + 3
+    size (RBulk s) = decimalLength (B.length s) + B.length s + 5
+    size RNil = 5
+    size (RArray xs) = decimalLength (length xs) + 3 + sum (map size xs)
+    size RNilArray = 5
+
+    write :: Ptr Word8 -> Reply -> IO (Ptr Word8)
+    write p (RSimple s) = poke p 43 >> copy (p `plusPtr` 1) s >>= crlf
+    write p (RError s) = poke p 45 >> copy (p `plusPtr` 1) s >>= crlf
+    write p (RInt n) = poke p 58 >> decimal (p `plusPtr` 1) n >>= crlf
+    write p (RBulk s) = do
+      poke p 36
+      q <- decimal (p `plusPtr` 1) (B.length s) >>= crlf
+      copy q s >>= crlf
+    write p RNil = copy p "$-1\r\n"
+    write p (RArray xs) = do
+      poke p 42
+      q <- decimal (p `plusPtr` 1) (length xs) >>= crlf
+      let elems !at [] = return at
+          elems at (x : rest) = write at x >>= \at' -> elems at' rest
+      elems q xs
+    write p RNilArray = copy p "*-1\r\n"
+
+    copy p (BI.PS fp off len) = do
+      withForeignPtr fp (\src -> BI.memcpy p (src `plusPtr` off) len)
+      return (p `plusPtr` len)
+    crlf p = poke p (13 :: Word8) >> poke (p `plusPtr` 1) (10 :: Word8) >> return (p `plusPtr` 2)
+
+-- | A reply as strings to send one after another: the bytes of
+-- 'encodeReply', except that bulk strings of 'sharedBulkBytes' or more are
+-- referenced, not copied. So replies that carry one large stored value
+-- share its memory instead of each holding a copy of it.
+encodeReplyChunks :: Reply -> [ByteString]
+encodeReplyChunks r
+  | large r = go r []
+  | otherwise = [encodeReply r]
+  where
+    large (RBulk s) = B.length s >= sharedBulkBytes
+    large (RArray xs) = any large xs
+    large _ = False
+    go (RBulk s) rest
+      | B.length s >= sharedBulkBytes = C.pack ('$' : show (B.length s) ++ "\r\n") : s : "\r\n" : rest
+    go (RArray xs) rest = C.pack ('*' : show (length xs) ++ "\r\n") : foldr go rest xs
+    go x rest = encodeReply x : rest
+
+-- | Bulk strings from this size on (16 KiB) are sent from where they are
+-- stored ('encodeReplyChunks').
+sharedBulkBytes :: Int
+sharedBulkBytes = 16384
+
+-- | Digits of a decimal integer, with its sign.
+decimalLength :: Int -> Int
+decimalLength n
+  | n < 0 = 1 + decimalLength (negate n)   -- minBound never occurs: lengths and counts
+  | otherwise = go 1 n
+  where go !k m = if m < 10 then k else go (k + 1) (m `quot` 10)
+
+-- | Write a decimal integer; returns the end.
+decimal :: Ptr Word8 -> Int -> IO (Ptr Word8)
+decimal p n
+  | n < 0 = poke p 45 >> decimal (p `plusPtr` 1) (negate n)
+  | otherwise = do
+      let len = decimalLength n
+          go !i m = do
+            poke (p `plusPtr` i) (fromIntegral (48 + m `rem` 10) :: Word8)
+            if i == 0 then return () else go (i - 1) (m `quot` 10)
+      go (len - 1) n
+      return (p `plusPtr` len)
+
+-- | Decode one reply from the front of the input: 'Right Nothing' if it is
+-- incomplete, else the reply and the rest. For clients (the tests and the
+-- benchmark's checks); not bounded.
+decodeReply :: ByteString -> Either String (Maybe (Reply, ByteString))
+decodeReply inp
+  | B.null inp = Right Nothing
+  | otherwise = case B.elemIndex 13 inp of
+      Nothing -> Right Nothing
+      Just i
+        | i + 1 >= B.length inp -> Right Nothing
+        | unsafeIndex inp (i + 1) /= 10 -> Left "expected CRLF"
+        | otherwise -> do
+            let body = B.take (i - 1) (B.drop 1 inp)
+                rest = B.drop (i + 2) inp
+            case unsafeIndex inp 0 of
+              43 -> Right (Just (RSimple body, rest))
+              45 -> Right (Just (RError body, rest))
+              58 -> maybe (Left "bad integer") (\n -> Right (Just (RInt n, rest))) (readInteger body)
+              36 -> case readInteger body of
+                Just (-1) -> Right (Just (RNil, rest))
+                Just n | n >= 0 -> if B.length rest < n + 2 then Right Nothing
+                                   else if B.take 2 (B.drop n rest) /= "\r\n" then Left "expected CRLF after bulk"
+                                   else Right (Just (RBulk (B.take n rest), B.drop (n + 2) rest))
+                _ -> Left "bad bulk length"
+              42 -> case readInteger body of
+                Just (-1) -> Right (Just (RNilArray, rest))
+                Just n | n >= 0 -> elems n [] rest
+                _ -> Left "bad array length"
+              c -> Left ("unknown reply type " ++ show (BI.w2c c))
+  where
+    elems :: Int -> [Reply] -> ByteString -> Either String (Maybe (Reply, ByteString))
+    elems 0 acc rest = Right (Just (RArray (reverse acc), rest))
+    elems k acc rest = do
+      r <- decodeReply rest
+      case r of
+        Nothing -> Right Nothing
+        Just (x, rest') -> elems (k - 1) (x : acc) rest'

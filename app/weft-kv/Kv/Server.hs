@@ -1,0 +1,526 @@
+{-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
+-- | weft-kv's server: connections and commands as colored events on a
+-- "Weft.Color" runtime.
+--
+-- A connection's I/O (reading, decoding, ordering and writing replies)
+-- runs as events of the connection's color, derived from its fd; each
+-- command runs as an event of its key's color ("Kv.Store"). Nothing in
+-- the server takes a lock: every piece of mutable state belongs to one
+-- color. Handlers never block: sockets are non-blocking, and a read or
+-- write that would block continues from 'onReadable' or 'onWritable'.
+module Kv.Server
+  ( ServerConfig (..)
+  , defaultServerConfig
+  , runServer
+  ) where
+
+import Control.Exception hiding (Handler)
+import Control.Monad
+import Data.Bits ((.&.))
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.IntMap.Strict as IntMap
+import Data.IORef
+import Foreign.C.Types (CInt)
+import GHC.Clock (getMonotonicTimeNSec)
+import Network.Socket (SockAddr)
+import System.Posix.Types (Fd (..))
+
+import qualified Weft
+import Weft.Color (Handler, Runtime, RuntimeClosed (..), handler, onReadable, onWritable, post)
+import qualified Weft.Color as Color
+import qualified Weft.Net as Net
+import qualified Weft.Net.Socket as Socket
+import Weft.Timer (TimeoutKey, getSystemTimerManager, registerTimeout)
+
+import Kv.Command
+import Kv.Resp
+import Kv.Store
+
+-- | How 'runServer' runs.
+data ServerConfig = ServerConfig
+  { serverLimits  :: !Limits
+    -- ^ What a connection may send (the bulk-string limit among them).
+  , serverRuntime :: !Color.Config
+    -- ^ The colored runtime's configuration (policy, workers).
+  , serverOnReady :: SockAddr -> IO ()
+    -- ^ Called with the bound address once listening.
+  }
+
+-- | 'defaultLimits', 'Color.defaultConfig', nothing on ready.
+defaultServerConfig :: ServerConfig
+defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ())
+
+-- | Serve the Redis protocol on the address until this thread is killed;
+-- then stop accepting, let the runtime finish the events it accepted, and
+-- close the connections still open. Throws an 'IOError' if the address
+-- cannot be bound.
+runServer :: ServerConfig -> SockAddr -> IO ()
+runServer cfg addr = do
+  rt <- Color.newRuntime (serverRuntime cfg)
+  store <- newStore
+  live <- newIORef IntMap.empty
+  let env = Env rt store (serverLimits cfg) live
+  (bracket (Net.listen addr) Net.close $ \l -> do
+      serverOnReady cfg =<< Net.localAddress l
+      Net.acceptLoop l (adopt env))
+    `finally` (Color.shutdown rt >> closeRemaining live)
+  where
+    closeRemaining live = do
+      conns <- atomicModifyIORef' live (\m -> (IntMap.empty, IntMap.elems m))
+      mapM_ (closeSocket . connSocket) conns
+
+------------------------------------------------------------------------------
+-- State
+
+-- | What every event of the server shares; all of it immutable or, for
+-- the connection table, touched only when connections come and go.
+data Env = Env
+  { envRuntime :: !Runtime
+  , envStore   :: !Store
+  , envLimits  :: !Limits
+  , envLive    :: !(IORef (IntMap.IntMap Conn))
+    -- ^ Open connections by fd, for closing them at shutdown.
+  }
+
+-- | A connection. Every field is read and written only by events of
+-- 'connColor' (the acceptor creates it before the first such event).
+data Conn = Conn
+  { connSocket  :: !Net.Socket
+  , connColor   :: !Int
+  , connDecoder :: !(IORef Decoder)
+  , connSeq     :: !(IORef Int)
+    -- ^ The sequence number the next command gets.
+  , connNext    :: !(IORef Int)
+    -- ^ The sequence number of the next reply to send.
+  , connEarly   :: !(IORef (IntMap.IntMap Early))
+    -- ^ Replies that came before their turn, and multi-key commands
+    -- being joined, by sequence number.
+  , connOut     :: !(IORef [ByteString])
+    -- ^ Replies in their turn, not yet sent (latest first).
+  , connOutSize :: !(IORef Int)
+    -- ^ Their bytes.
+  , connPhase   :: !(IORef Phase)
+  , connReading :: !(IORef Bool)
+    -- ^ A readable watch is armed.
+  , connWriting :: !(IORef Bool)
+    -- ^ A writable watch is armed (the socket's buffer was full).
+  }
+
+-- | A reply waiting for its turn.
+data Early
+  = Encoded ![ByteString]
+  | Joining !Int !(IntMap.IntMap Reply) ([Reply] -> Reply)
+    -- ^ Parts still to come, the parts so far by position, the join.
+
+data Phase
+  = Open
+    -- ^ Reading commands.
+  | Finishing !Bool
+    -- ^ No more commands will be read (the peer ended its input, sent
+    -- QUIT, or broke the protocol): send the replies still due, then
+    -- close, lingering first ('True') if the close is ours.
+  | Lingering !Int
+    -- ^ Replies sent and our side shut down: discarding input (this many
+    -- bytes so far) until the peer closes, so that unread input does not
+    -- make the kernel reset the connection and destroy the last reply.
+  | Closed
+
+-- Note [Reply order]
+-- ~~~~~~~~~~~~~~~~~~
+-- A client may pipeline: send many commands before reading a reply, and
+-- it reads the replies in the order of the commands. The commands of one
+-- pipeline may hit different keys, hence different colors, which run in
+-- any order and in parallel. So the connection gives each command a
+-- sequence number ('connSeq') when it decodes it, on the connection's
+-- color. The command runs on its key's color (Note [Batches per color]),
+-- where its reply is encoded and posted back to the connection's color
+-- with that number. There, a
+-- reply whose number is 'connNext' goes to the output ('connOut'),
+-- followed by any replies that were waiting for it in 'connEarly'; a reply
+-- that comes early waits in 'connEarly'. Replies decided on the
+-- connection's color itself (PING, errors) take the same path at once.
+-- Both sides of the reorder step run on the connection's color, so it
+-- needs no lock, and 'connNext' only ever grows, one reply at a time.
+--
+-- Output is sent once nothing is outstanding ('connNext' has caught up
+-- with 'connSeq'), or once it holds 'flushBytes': so a pipeline's replies
+-- go out in one send, and a single command's reply goes out at once. A
+-- connection stops reading while it has 'maxInFlight' commands
+-- outstanding or 'maxOutBytes' unsent, and resumes when below both, so a
+-- client that pipelines without reading its replies cannot make the
+-- server buffer without bound.
+
+-- Note [Multi-key commands]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~
+-- MSET, MGET, DEL and EXISTS name several keys, possibly of several
+-- colors. The command takes one sequence number and leaves a 'Joining'
+-- entry under it in 'connEarly'; each key's operation runs on its key's
+-- color (in that color's event for the batch, Note [Batches per color])
+-- and its result goes back with the command's number and the key's
+-- position. When the last part arrives (on the connection's color, so
+-- again without a lock) the parts, in argument order, are joined into the
+-- one reply (a sum, OK, an array), which then takes its turn as in
+-- Note [Reply order]. Each key changes atomically, but the command as a
+-- whole does not: another client may see some keys of an MSET updated
+-- and others not yet. Parts on one key (DEL k k) run in argument order,
+-- as they share a color.
+
+-- | Send when this much output is waiting, even with replies outstanding.
+flushBytes :: Int
+flushBytes = 65536
+
+-- | Stop reading at this many outstanding commands...
+maxInFlight :: Int
+maxInFlight = 4096
+
+-- | ...or this many unsent bytes.
+maxOutBytes :: Int
+maxOutBytes = 1048576
+
+-- | Bytes read per recv.
+chunkSize :: Int
+chunkSize = 16384
+
+-- | At most this many full chunks are read per readable event, so that a
+-- fast sender does not keep its color (and core) to itself.
+chunksPerEvent :: Int
+chunksPerEvent = 4
+
+-- | A closing connection discards at most this much of its peer's input.
+lingerBytes :: Int
+lingerBytes = 1048576
+
+-- | ...for at most this many microseconds.
+lingerMicros :: Int
+lingerMicros = 1000000
+
+hRead, hWrite, hCommand, hReply, hExpire, hClose :: Handler
+hRead = handler "kv-read"
+hWrite = handler "kv-write"
+hCommand = handler "kv-command"
+hReply = handler "kv-reply"
+hExpire = handler "kv-expire"
+hClose = handler "kv-close"
+
+------------------------------------------------------------------------------
+-- Connections
+
+-- | Take over an accepted connection (on the acceptor's thread): own its
+-- fd, and read from it on its color.
+adopt :: Env -> (Net.Socket, SockAddr) -> IO ()
+adopt env (sock, _) = do
+  Net.setNoDelay sock True `catch` \(_ :: IOException) -> return ()
+  let Fd fd = Net.socketFd sock
+  c <- Conn sock (fdColor fd) <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
+         <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef Open
+         <*> newIORef False <*> newIORef False
+  atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
+  post (envRuntime env) (connColor c) hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
+
+-- | A connection's color: its fd, spread over the color space (an odd
+-- multiplier, so consecutive fds alternate home cores).
+fdColor :: CInt -> Int
+fdColor fd = (fromIntegral fd * 40503) .&. 0xffff
+
+-- | The connection is readable (or was just adopted).
+readable :: Env -> Conn -> IO ()
+readable env c = do
+  writeIORef (connReading c) False
+  phase <- readIORef (connPhase c)
+  case phase of
+    Open -> readChunks chunksPerEvent
+    Lingering n -> discard n
+    _ -> return ()
+  where
+    readChunks :: Int -> IO ()
+    readChunks k = do
+      r <- recvChunk (connSocket c)
+      case r of
+        Got bs -> do
+          dec <- readIORef (connDecoder c)
+          let Decoded cmds next = feed (envLimits env) dec bs
+          quit <- dispatch env c cmds
+          case next of
+            _ | quit -> finish True
+            Left (ProtocolError msg) -> do
+              s <- takeSeq c
+              place c s [encodeReply (RError msg)]
+              finish True
+            Right dec' -> do
+              writeIORef (connDecoder c) dec'
+              if B.length bs == chunkSize && k > 1 then readChunks (k - 1) else settle env c
+        Again -> settle env c
+        Ended -> finish False
+        Broken -> closeConn env c
+    finish linger = do
+      writeIORef (connPhase c) (Finishing linger)
+      settle env c
+    discard n = do
+      r <- recvChunk (connSocket c)
+      case r of
+        Got bs | n + B.length bs < lingerBytes -> discard (n + B.length bs)
+        Again -> do
+          writeIORef (connPhase c) (Lingering n)
+          armRead env c
+        _ -> closeConn env c
+
+-- | A command's work on one color: its sequence number, then the key and
+-- operation of a single-key command, or the keys, operations and their
+-- positions among the command's keys, of a multi-key command.
+data Work = Work !Int !ByteString KeyOp | WorkParts !Int [(Int, ByteString, KeyOp)]
+
+-- | What a 'Work' answered: a whole command's encoded reply, or one part
+-- of a multi-key command.
+data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)]
+
+-- | Give each command a sequence number and start it, one event per key
+-- color for the whole batch (Note [Batches per color]). Returns whether a
+-- QUIT ended the list (the commands after it are dropped).
+dispatch :: Env -> Conn -> [[ByteString]] -> IO Bool
+dispatch env c cmds0 = do
+  (quit, groups) <- go cmds0 IntMap.empty
+  forM_ (IntMap.toList groups) $ \(color, works) ->
+    post rt color hCommand (runWorks env c (reverse works))
+  return quit
+  where
+    rt = envRuntime env
+    add color w = IntMap.insertWith (++) color [w]
+    go [] groups = return (False, groups)
+    go (cmd : rest) groups = do
+      s <- takeSeq c
+      case plan cmd of
+        Answer r -> do
+          place c s (encodeReplyChunks r)
+          if isQuit cmd then return (True, groups) else go rest groups
+        OnKey key op -> go rest (add (keyColor key) (Work s key op) groups)
+        OnKeys parts joinParts -> do
+          modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
+          -- The command's parts by color, in argument order within each.
+          let byColor = IntMap.fromListWith (++)
+                [ (keyColor key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
+          go rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+
+-- Note [Batches per color]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~
+-- The commands decoded from one read are grouped by key color, in order:
+-- each color gets one event that runs its commands one after another, and
+-- posts their results back to the connection's color in one event. A
+-- pipeline of 16 commands on one key thus costs two events instead of 32,
+-- and an MSET of keys that share a color one round trip. Grouping keeps
+-- the order of commands within a color, and the colors of one read run in
+-- any order anyway, so what each command sees is what it would see with
+-- one event per command. Ordering replies is Note [Reply order]'s job.
+
+-- | Run a color's share of a batch, on that color.
+runWorks :: Env -> Conn -> [Work] -> IO ()
+runWorks env c works = do
+  -- One clock read for the batch: it only decides which keys have expired.
+  now <- getMonotonicTimeNSec
+  let runOne key op = runKeyOp (envStore env) (armExpiry env key) now key op
+  results <- forM works $ \w -> case w of
+    Work s key op -> do
+      r <- runOne key op
+      let !chunks = encodeReplyChunks r
+      return (Whole s chunks)
+    WorkParts s ps -> Parts s <$> mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
+  post (envRuntime env) (connColor c) hReply (resultsArrived env c results)
+
+takeSeq :: Conn -> IO Int
+takeSeq c = do
+  s <- readIORef (connSeq c)
+  writeIORef (connSeq c) (s + 1)
+  return s
+
+-- | Results back on the connection's color.
+resultsArrived :: Env -> Conn -> [Result] -> IO ()
+resultsArrived env c results = do
+  phase <- readIORef (connPhase c)
+  case phase of
+    Closed -> return ()
+    _ -> do
+      forM_ results $ \r -> case r of
+        Whole s chunks -> place c s chunks
+        Parts s parts -> partsArrived c s parts
+      settle env c
+
+-- | One color's parts of a multi-key command, by position
+-- (Note [Multi-key commands]).
+partsArrived :: Conn -> Int -> [(Int, Reply)] -> IO ()
+partsArrived c s new = do
+  early <- readIORef (connEarly c)
+  case IntMap.lookup s early of
+    Just (Joining left parts joinParts) -> do
+      let left' = left - length new
+          parts' = foldl (\m (i, r) -> IntMap.insert i r m) parts new
+      if left' > 0
+        then writeIORef (connEarly c) (IntMap.insert s (Joining left' parts' joinParts) early)
+        else do
+          writeIORef (connEarly c) (IntMap.delete s early)
+          place c s (encodeReplyChunks (joinParts (IntMap.elems parts')))
+    _ -> return ()
+
+-- | Put a reply in its place (Note [Reply order]).
+place :: Conn -> Int -> [ByteString] -> IO ()
+place c s chunks = do
+  next <- readIORef (connNext c)
+  if s /= next
+    then modifyIORef' (connEarly c) (IntMap.insert s (Encoded chunks))
+    else do
+      output chunks
+      early <- readIORef (connEarly c)
+      if IntMap.null early then writeIORef (connNext c) (s + 1) else catchUp early (s + 1)
+  where
+    output cs = do
+      modifyIORef' (connOut c) (\out -> foldl (flip (:)) out cs)
+      modifyIORef' (connOutSize c) (+ sum (map B.length cs))
+    catchUp early n = case IntMap.lookup n early of
+      Just (Encoded cs) -> output cs >> catchUp (IntMap.delete n early) (n + 1)
+      _ -> writeIORef (connEarly c) early >> writeIORef (connNext c) n
+
+-- | After any change: send what is due, close if finished, and read again
+-- if there is room.
+settle :: Env -> Conn -> IO ()
+settle env c = do
+  outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+  size <- readIORef (connOutSize c)
+  writing <- readIORef (connWriting c)
+  when (size > 0 && not writing && (outstanding == 0 || size >= flushBytes)) (flush env c)
+  phase <- readIORef (connPhase c)
+  size' <- readIORef (connOutSize c)
+  writing' <- readIORef (connWriting c)
+  case phase of
+    Open -> do
+      reading <- readIORef (connReading c)
+      when (not reading && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
+    Finishing linger | outstanding == 0 && size' == 0 && not writing' ->
+      if linger then startLinger env c else closeConn env c
+    _ -> return ()
+
+-- | Send the output; on a full socket buffer, keep the rest and continue
+-- when writable.
+flush :: Env -> Conn -> IO ()
+flush env c = do
+  chunks <- reverse <$> readIORef (connOut c)
+  r <- sendChunks (connSocket c) chunks
+  case r of
+    Left () -> closeConn env c
+    Right sent -> do
+      let rest = dropBytes sent chunks
+      writeIORef (connOut c) (reverse rest)
+      modifyIORef' (connOutSize c) (subtract sent)
+      unless (null rest) $ do
+        writeIORef (connWriting c) True
+        watch env c (onWritable (envRuntime env) (Net.socketFd (connSocket c)) (connColor c) hWrite (writable env c))
+
+-- | The socket takes output again.
+writable :: Env -> Conn -> IO ()
+writable env c = do
+  writeIORef (connWriting c) False
+  phase <- readIORef (connPhase c)
+  case phase of
+    Closed -> return ()
+    _ -> do
+      size <- readIORef (connOutSize c)
+      when (size > 0) (flush env c)
+      settle env c
+
+armRead :: Env -> Conn -> IO ()
+armRead env c = do
+  writeIORef (connReading c) True
+  watch env c (onReadable (envRuntime env) (Net.socketFd (connSocket c)) (connColor c) hRead (readable env c))
+
+-- | Arm a watch; an fd that cannot be watched any more is closed.
+watch :: Env -> Conn -> IO () -> IO ()
+watch env c arm = arm `catch` \(_ :: IOException) -> closeConn env c
+
+-- | All replies are out after our decision to close: shut our side down
+-- and discard the peer's input until it closes, or for at most
+-- 'lingerBytes' and 'lingerMicros'.
+startLinger :: Env -> Conn -> IO ()
+startLinger env c = do
+  Net.shutdownSend (connSocket c) `catch` \(_ :: IOException) -> return ()
+  writeIORef (connPhase c) (Lingering 0)
+  mgr <- getSystemTimerManager
+  let rt = envRuntime env
+  _ <- registerTimeout mgr lingerMicros $
+    post rt (connColor c) hClose (closeConn env c) `catch` \RuntimeClosed -> return ()
+  armRead env c
+
+-- | Close the connection (idempotent). Closing through weft's managers
+-- drops any armed watch, so no event of it is posted any more; events
+-- already posted find the connection 'Closed'.
+closeConn :: Env -> Conn -> IO ()
+closeConn env c = do
+  phase <- readIORef (connPhase c)
+  case phase of
+    Closed -> return ()
+    _ -> do
+      writeIORef (connPhase c) Closed
+      writeIORef (connOut c) []
+      writeIORef (connEarly c) IntMap.empty
+      let Fd fd = Net.socketFd (connSocket c)
+      atomicModifyIORef' (envLive env) (\m -> (IntMap.delete (fromIntegral fd) m, ()))
+      closeSocket (connSocket c)
+
+------------------------------------------------------------------------------
+-- Expiry
+
+-- | Register a key's expiry timer (delay in microseconds): when it fires,
+-- an event of the key's color deletes the key if it is due (the timer
+-- itself runs on a weft dispatcher, which must not touch the store).
+armExpiry :: Env -> ByteString -> Int -> IO TimeoutKey
+armExpiry env key us = do
+  mgr <- getSystemTimerManager
+  let !owned = B.copy key
+  registerTimeout mgr us $
+    post (envRuntime env) (keyColor owned) hExpire (expireDue (envStore env) owned)
+      `catch` \RuntimeClosed -> return ()
+
+------------------------------------------------------------------------------
+-- Non-blocking socket calls
+
+data Received = Got !ByteString | Again | Ended | Broken
+
+-- | One non-blocking receive of up to 'chunkSize' bytes.
+recvChunk :: Net.Socket -> IO Received
+recvChunk sock = do
+  r <- try (Net.tryRecv sock chunkSize)
+  return $ case r of
+    Right (Just bs) | B.null bs -> Ended
+                    | otherwise -> Got bs
+    Right Nothing -> Again
+    Left (_ :: IOException) -> Broken
+
+-- | Send as much of the chunks as the socket takes now (gather writes,
+-- no copying): the byte count, or 'Left' if the connection is broken.
+sendChunks :: Net.Socket -> [ByteString] -> IO (Either () Int)
+sendChunks sock = go 0
+  where
+    go !sent [] = return (Right sent)
+    go !sent chunks = do
+      r <- try (Net.trySendMany sock chunks)
+      case r of
+        Left (_ :: IOException) -> return (Left ())
+        Right Nothing -> return (Right sent)
+        Right (Just 0) -> return (Right sent)
+        -- One gather write takes at most 1024 strings: go on while it
+        -- takes everything offered.
+        Right (Just k) -> go (sent + k) (dropBytes k chunks)
+
+-- | The strings without their first k bytes.
+dropBytes :: Int -> [ByteString] -> [ByteString]
+dropBytes _ [] = []
+dropBytes k (b : bs)
+  | k >= B.length b = dropBytes (k - B.length b) bs
+  | otherwise = B.drop k b : bs
+
+-- | Close a socket, ending the watches 'onReadable' and 'onWritable' armed
+-- on its fd (through 'Weft.closeFdWith': they then post nothing), so no
+-- stale watch can fire for a new connection given the same fd number.
+-- 'Net.close' alone does not do this for a socket that never waited in
+-- weft's socket layer. Never throws.
+closeSocket :: Net.Socket -> IO ()
+closeSocket sock = do
+  fd <- Socket.detach sock
+  forM_ fd $ \raw -> Weft.closeFdWith (\_ -> void (Socket.c_close raw)) (Fd raw)

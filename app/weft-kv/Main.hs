@@ -1,0 +1,47 @@
+-- | weft-kv: a key-value server speaking the Redis protocol (RESP2), built
+-- as colored event handlers on "Weft.Color". Commands on a key run as
+-- events of the key's color, so commands on one key are serialised
+-- without locks, and commands on different keys run in parallel. See
+-- "Kv.Server" for the design and "Kv.Command" for the commands.
+module Main (main) where
+
+import Network.Socket (SockAddr (..))
+import System.Environment (getArgs, getProgName)
+import System.Exit (exitFailure)
+import System.IO
+
+import Kv.Resp (Limits (..))
+import Kv.Server
+import qualified Weft.Color as Color
+
+main :: IO ()
+main = do
+  hSetBuffering stderr LineBuffering
+  name <- getProgName
+  args <- getArgs
+  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--policy "
+              ++ concatMap (\p -> Color.policyName p ++ "|") (init Color.allPolicies)
+              ++ Color.policyName (last Color.allPolicies) ++ "]"
+      die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\n" ++ usage) >> exitFailure
+  case parse args defaultServerConfig Nothing of
+    Left msg -> die msg
+    Right (_, Nothing) -> die "no port given"
+    Right (cfg, Just port) -> do
+      hPutStrLn stderr (name ++ ": serving on port " ++ show port ++ ", bulk strings up to "
+                        ++ show (maxBulk (serverLimits cfg)) ++ " bytes, policy "
+                        ++ Color.policyName (Color.cfgPolicy (serverRuntime cfg)))
+      runServer cfg (SockAddrInet (fromIntegral port) 0)
+  where
+    parse :: [String] -> ServerConfig -> Maybe Int -> Either String (ServerConfig, Maybe Int)
+    parse [] cfg port = Right (cfg, port)
+    parse ("--max-bulk" : n : rest) cfg port = case reads n of
+      [(b, "")] | b >= 0 -> parse rest cfg { serverLimits = (serverLimits cfg) { maxBulk = b } } port
+      _ -> Left ("bad --max-bulk " ++ n)
+    parse ("--policy" : p : rest) cfg port = case Color.parsePolicy p of
+      Just pol -> parse rest cfg { serverRuntime = (serverRuntime cfg) { Color.cfgPolicy = pol } } port
+      Nothing -> Left ("unknown policy " ++ p)
+    parse (opt@('-' : _) : _) _ _ = Left ("unknown option " ++ opt)
+    parse (p : rest) cfg Nothing = case reads p of
+      [(n, "")] | n >= 0 && n < 65536 -> parse rest cfg (Just n)
+      _ -> Left ("bad port " ++ p)
+    parse (extra : _) _ _ = Left ("unexpected argument " ++ extra)

@@ -1,0 +1,150 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | weft-bench kv: weft-kv against a real redis-server, both driven by
+-- the real redis-benchmark.
+--
+-- Both servers run on core 0 (weft-kv at @+RTS -N1@, so each has one
+-- core), redis-benchmark on core 1. Each repetition starts both servers
+-- afresh (the lists the list tests grow would otherwise differ between
+-- repetitions), then runs every test at each pipeline depth on both, one
+-- after the other, so that the arms see the same machine. Each test is
+-- its own redis-benchmark invocation, so that the server CPU time read
+-- from @/proc/PID/stat@ (user plus system, 10 ms ticks) before and after
+-- belongs to that test. Medians of the repetitions are reported, with
+-- ratios weft-kv ÷ redis.
+module Bench.Kv (kvMain) where
+
+import Control.Exception
+import Control.Monad
+import Data.Char (toLower, toUpper)
+import Data.IORef
+import Data.List (isPrefixOf)
+import qualified Data.Map.Strict as Map
+import System.Directory (findExecutable)
+import System.Exit
+import System.FilePath ((</>))
+import System.IO
+import System.Process
+import Text.Printf (printf)
+
+import Bench.Net (Server (..), binDir, cpuTicks, resultsDir, startServer, stopServer)
+import Bench.Report
+
+data Options = Options
+  { optRequests  :: !Int        -- ^ requests per test at -P 1
+  , optPipelined :: !Int        -- ^ requests per test at -P 16
+  , optReps      :: !Int
+  , optTests     :: ![String]
+  , optN2        :: !Bool       -- ^ also run weft-kv at -N2 (sharing the client's core)
+  }
+
+-- | Every test redis-benchmark runs by default.
+defaultTests :: [String]
+defaultTests =
+  [ "ping_inline", "ping_mbulk", "set", "get", "incr", "lpush", "rpush", "lpop", "rpop", "sadd"
+  , "hset", "spop", "zadd", "zpopmin", "lrange_100", "lrange_300", "lrange_500", "lrange_600", "mset" ]
+
+parseOptions :: [String] -> Either String Options
+parseOptions = go (Options 1000000 1000000 3 defaultTests False)
+  where
+    go o [] = Right o
+    go o ("--quick" : rest) = go o { optRequests = 20000, optPipelined = 100000 } rest
+    go o ("-n" : n : rest) | [(k, "")] <- reads n, k > 0 = go o { optRequests = k, optPipelined = k } rest
+    go o ("--reps" : n : rest) | [(k, "")] <- reads n, k > 0 = go o { optReps = k } rest
+    go o ("--tests" : ts : rest) = go o { optTests = map (map toLower) (splitOn ',' ts) } rest
+    go o ("--n2" : rest) = go o { optN2 = True } rest
+    go _ (x : _) = Left ("weft-bench kv: unknown option " ++ x
+                         ++ " (use --quick, -n REQUESTS, --reps N, --tests set,get,..., --n2)")
+
+-- | One redis-benchmark run of one test: requests per second, latency
+-- percentiles in ms, server CPU in microseconds per request.
+data Sample = Sample { smRps :: !Double, smP50 :: !Double, smP99 :: !Double, smCpu :: !Double }
+
+-- | Run the kv benchmark; returns the rendered tables.
+kvMain :: [String] -> IO String
+kvMain args = case parseOptions args of
+  Left msg -> hPutStrLn stderr msg >> exitFailure
+  Right opts -> do
+    hSetBuffering stdout LineBuffering
+    forM_ ["redis-server", "redis-benchmark"] $ \exe -> do
+      found <- findExecutable exe
+      when (found == Nothing) $ do
+        hPutStrLn stderr ("weft-bench kv: " ++ exe ++ " not found (make deps installs redis-server and redis-tools)")
+        exitFailure
+    bin <- binDir
+    let arms = [ ("redis", "0", \p -> ["redis-server", "--port", show p, "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+               , ("weft-N1", "0", \p -> [bin </> "weft-kv", show p, "+RTS", "-N1", "-RTS"]) ]
+               ++ [ ("weft-N2", "0,1", \p -> [bin </> "weft-kv", show p, "+RTS", "-N2", "-RTS"]) | optN2 opts ]
+        armNames = [ a | (a, _, _) <- arms ]
+        depths = [(1, optRequests opts), (16, optPipelined opts)]
+    printf "weft-bench kv: weft-kv vs redis-server under redis-benchmark -c 50, servers on core 0%s, client on core 1\n"
+      (if optN2 opts then " (weft-N2 on cores 0,1)" else "" :: String)
+    printf "  -P 1: -n %d; -P 16: -n %d; %d repetitions, fresh servers each, arms interleaved per test\n"
+      (optRequests opts) (optPipelined opts) (optReps opts)
+    results <- newIORef Map.empty
+    forM_ [1 .. optReps opts] $ \rep ->
+      bracket (mapM (\(l, c, a) -> startServer ("kv-" ++ l) c a) arms) (mapM_ stopServer) $ \servers -> do
+        -- An unmeasured warm-up: a fresh server's first requests pay for
+        -- page faults (weft-kv's nursery) and cold caches.
+        forM_ servers $ \srv -> forM_ ["ping_inline", "set", "get"] $ \t -> runTest srv 16 20000 t
+        forM_ depths $ \(depth, n) -> forM_ (optTests opts) $ \test ->
+          forM_ (zip armNames servers) $ \(arm, srv) -> do
+            s <- runTest srv depth n test
+            printf "  [kv %d/%d] -P %-2d %-11s %-8s %10.0f ops/s %7.2f CPU-us/op  p50 %6.3f  p99 %6.3f ms\n"
+              rep (optReps opts) depth test arm (smRps s) (smCpu s) (smP50 s) (smP99 s)
+            modifyIORef' results (Map.insertWith (flip (++)) (depth, test, arm) [s])
+    res <- readIORef results
+    tables <- forM depths $ \(depth, _) -> report opts armNames depth res
+    return (concat tables)
+
+-- | One redis-benchmark invocation of one test against one server.
+runTest :: Server -> Int -> Int -> String -> IO Sample
+runTest srv depth n test = do
+  c0 <- cpuTicks (srvPid srv)
+  let argv = [ "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", show (srvPort srv), "-c", "50"
+             , "-n", show n, "-P", show depth, "-t", test, "--csv" ]
+  (code, out, errs) <- readProcessWithExitCode "taskset" argv ""
+  c1 <- cpuTicks (srvPid srv)
+  let rows = [ cells | l <- lines out, let cells = map unquote (splitOn ',' l), length cells >= 7 ]
+      -- The LRANGE tests first fill the list with an LPUSH test of their own.
+      wanted = map toUpper test
+      matching = [ r | r@(name : _) <- rows, map toUpper (takeWhile (/= ' ') name) == wanted ]
+  case matching of
+    (_ : rps : _ : _ : p50 : _ : p99 : _) : _ | code == ExitSuccess -> do
+      let requests = fromIntegral n * (if "lrange" `isPrefixOf` test then 2 else 1)
+      return Sample { smRps = read rps, smP50 = read p50, smP99 = read p99
+                    , smCpu = fromIntegral (c1 - c0) * 10000 / requests }
+    _ -> do
+      hPutStrLn stderr ("weft-bench kv: redis-benchmark " ++ unwords (drop 3 argv) ++ " failed ("
+                        ++ show code ++ "):\n" ++ errs ++ out)
+      exitFailure
+  where
+    unquote = filter (/= '"')
+
+-- | The table of medians for one pipeline depth, written to
+-- bench-results/kv-P<depth>.csv.
+report :: Options -> [String] -> Int -> Map.Map (Int, String, String) [Sample] -> IO String
+report opts arms depth res = do
+  let get t a f = maybe [] (map f) (Map.lookup (depth, t, a) res)
+      med t a f = median (get t a f)
+      weftArms = filter (/= "redis") arms
+      ratio x y = if y > 0 then printf "%.2f" (x / y) else "-"
+      header = [ "test" ] ++ concat [ [a ++ " ops/s", a ++ " min–max"] | a <- arms ]
+               ++ concat [ [a ++ " ÷ redis"] | a <- weftArms ]
+               ++ [ a ++ " CPU us/op" | a <- arms ]
+               ++ [ a ++ " CPU ÷ redis" | a <- weftArms ]
+               ++ [ a ++ " p50/p99 ms" | a <- arms ]
+      rows = [ [ map toUpper t ]
+               ++ concat [ [ printf "%.0f" (med t a smRps), spread (printf "%.0f") (get t a smRps) ] | a <- arms ]
+               ++ [ ratio (med t a smRps) (med t "redis" smRps) | a <- weftArms ]
+               ++ [ printf "%.2f" (med t a smCpu) | a <- arms ]
+               ++ [ ratio (med t a smCpu) (med t "redis" smCpu) | a <- weftArms ]
+               ++ [ printf "%.3f/%.3f" (med t a smP50) (med t a smP99) | a <- arms ]
+             | t <- optTests opts ]
+      table = renderTable header rows
+  dir <- resultsDir
+  writeCsv (dir </> ("kv-P" ++ show depth ++ ".csv")) header rows
+  let title = printf "\nredis-benchmark -c 50 -P %d (medians of %d; CPU per op counts the LPUSH fill of the LRANGE tests, per request of both)\n"
+                depth (optReps opts)
+  putStr title
+  putStr table
+  return (title ++ table)

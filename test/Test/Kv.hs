@@ -1,0 +1,360 @@
+{-# LANGUAGE OverloadedStrings #-}
+-- | weft-kv: the RESP decoder over arbitrary chunkings, encoder round
+-- trips, and the server end to end over loopback (started in-process on
+-- its own Weft.Color runtime): each command's reply, reply order across
+-- key colors under pipelining, protocol errors that close one connection
+-- while others are served, the bulk-string limit, and expiry.
+module Test.Kv (spec) where
+
+import Control.Concurrent
+import Control.Concurrent.Async (async, forConcurrently_, wait)
+import Control.Exception
+import Control.Monad
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as C
+import qualified Data.ByteString.Internal as BI
+import Data.List (sort)
+import Network.Socket (SockAddr (..))
+import qualified Network.Socket as N
+import qualified Network.Socket.ByteString as NB
+import Test.Hspec
+import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
+import Test.QuickCheck hiding (within)
+
+import Kv.Resp
+import Kv.Server
+import Support (within)
+import Test.Net (connectClient)
+
+spec :: Spec
+spec = describe "weft-kv" $ do
+  decoderSpec
+  serverSpec
+
+------------------------------------------------------------------------------
+-- The decoder
+
+newtype Bytes = Bytes ByteString deriving Show
+instance Arbitrary Bytes where
+  arbitrary = Bytes . B.pack <$> frequency
+    [ (4, resize 40 (listOf arbitrary))                  -- any bytes, CR and LF included
+    , (1, vectorOf 300 arbitrary) ]                      -- longer than a small chunk
+  shrink (Bytes b) = map (Bytes . B.pack) (shrink (B.unpack b))
+
+-- | A command sent either way: multibulk (any bytes) or inline (words).
+data Sent = Multibulk [ByteString] | Inline [ByteString] deriving Show
+instance Arbitrary Sent where
+  arbitrary = oneof
+    [ Multibulk . map (\(Bytes a) -> a) <$> resize 8 (listOf1 arbitrary)
+    , Inline <$> resize 8 (listOf1 (C.pack <$> listOf1 (elements "abcXYZ019:_-"))) ]
+
+-- | Up to 20 commands.
+newtype Commands = Commands [Sent] deriving Show
+instance Arbitrary Commands where
+  arbitrary = Commands <$> resize 20 (listOf arbitrary)
+  shrink (Commands cs) = map Commands (shrinkList (const []) cs)
+
+wire :: Sent -> ByteString
+wire (Multibulk args) = encodeCommand args
+wire (Inline ws) = C.unwords ws <> "\r\n"
+
+argsOf :: Sent -> [ByteString]
+argsOf (Multibulk a) = a
+argsOf (Inline a) = a
+
+-- | Cut a string into pieces of the given sizes (the rest in one piece).
+chunk :: [Int] -> ByteString -> [ByteString]
+chunk _ b | B.null b = []
+chunk [] b = [b]
+chunk (n : ns) b = let (x, y) = B.splitAt (max 1 n) b in x : chunk ns y
+
+-- | Feed the chunks one by one: every command, and the error if any.
+feedAll :: Limits -> [ByteString] -> ([[ByteString]], Maybe ProtocolError)
+feedAll lim = go newDecoder []
+  where
+    go _ acc [] = (concat (reverse acc), Nothing)
+    go d acc (c : cs) = case feed lim d c of
+      Decoded cmds (Right d') -> go d' (cmds : acc) cs
+      Decoded cmds (Left e) -> (concat (reverse (cmds : acc)), Just e)
+
+err :: ByteString -> Maybe ProtocolError
+err = Just . ProtocolError
+
+newtype AnyReply = AnyReply Reply deriving Show
+instance Arbitrary AnyReply where
+  arbitrary = AnyReply <$> sized go
+    where
+      go n = frequency
+        [ (2, RSimple . C.pack <$> listOf (elements "OKPONG abc"))
+        , (1, RError . C.pack <$> listOf (elements "ERR wrong"))
+        , (2, RInt <$> arbitrary)
+        , (2, RBulk . (\(Bytes a) -> a) <$> arbitrary)
+        , (1, pure RNil), (1, pure RNilArray)
+        , (if n > 0 then 2 else 0, RArray <$> resize (n `div` 3) (listOf (go (n `div` 3)))) ]
+
+decoderSpec :: Spec
+decoderSpec = describe "RESP decoder" $ do
+  modifyMaxSuccess (const 300) $ prop "decodes any commands the same over any chunking" $
+    \(Commands sent) (Positive small) sizes ->
+      let input = B.concat (map wire sent)
+          pieces = chunk (map ((`mod` (small + 1)) . getPositive) sizes) input
+      in feedAll defaultLimits pieces === (map argsOf sent, Nothing)
+
+  prop "encoded replies decode back, whole and followed by more" $ \(AnyReply r) ->
+    decodeReply (encodeReply r <> "+next\r\n") === Right (Just (r, "+next\r\n"))
+
+  prop "the chunked encoding is the same bytes, large bulk strings not copied" $ \(AnyReply r) (NonNegative extra) ->
+    let big = B.replicate (sharedBulkBytes + extra) 120
+        reply = RArray [r, RBulk big, r]
+        chunks = encodeReplyChunks reply
+        -- The very string, not a copy: same buffer, offset and length.
+        sameString (BI.PS p o l) (BI.PS p' o' l') = p == p' && o == o' && l == l'
+    in (B.concat chunks === encodeReply reply) .&&. (length (filter (sameString big) chunks) === 1)
+
+  prop "a reply cut short is incomplete, never wrong" $ \(AnyReply r) (NonNegative k) ->
+    let bytes = encodeReply r
+        cut = B.take (k `mod` B.length bytes) bytes
+    in decodeReply cut === Right Nothing
+
+  prop "errors are found over any chunking, after the commands before them" $
+    \(Positive small) sizes -> forAll (elements badInputs) $ \(bad, msg) ->
+      let input = encodeCommand ["SET", "k", "v"] <> bad <> encodeCommand ["GET", "k"]
+          pieces = chunk (map ((`mod` (small + 1)) . getPositive) sizes) input
+      in feedAll (defaultLimits { maxBulk = 100 }) pieces === ([["SET", "k", "v"]], err msg)
+
+  it "skips empty commands and blank inline lines" $
+    feedAll defaultLimits ["*0\r\n\r\n  \r\n*-1\r\nPING\r\n"] `shouldBe` ([["PING"]], Nothing)
+
+  it "reads inline words separated by spaces and tabs, with or without CR" $
+    feedAll defaultLimits ["SET  a\tb\nGET a\r\n"] `shouldBe` ([["SET", "a", "b"], ["GET", "a"]], Nothing)
+
+  it "rejects an inline line longer than the limit before it ends" $
+    feedAll defaultLimits { maxLine = 64 } [B.replicate 100 65]
+      `shouldBe` ([], err "ERR Protocol error: too big inline request")
+
+  it "rejects a multibulk with more arguments than the limit" $
+    feedAll defaultLimits { maxArgs = 3 } ["*4\r\n"]
+      `shouldBe` ([], err "ERR Protocol error: invalid multibulk length")
+
+  it "accepts a bulk string of exactly the limit, split anywhere" $
+    let big = B.replicate 100 120
+    in feedAll defaultLimits { maxBulk = 100 } (chunk [7, 1, 50, 1] (encodeCommand ["SET", "k", big]))
+         `shouldBe` ([["SET", "k", big]], Nothing)
+  where
+    badInputs =
+      [ ("*x\r\n", "ERR Protocol error: invalid multibulk length")
+      , ("*2\r\n$3\r\nGET\r\n$y\r\n", "ERR Protocol error: invalid bulk length")
+      , ("*2\r\n$3\r\nGET\r\n$-3\r\n", "ERR Protocol error: invalid bulk length")
+      , ("*1\r\n+GET\r\n", "ERR Protocol error: expected '$', got '+'")
+      , ("*1\r\n$3\r\nGETxx", "ERR Protocol error: expected CRLF after the bulk string")
+      , ("*1\r\n$101\r\n", "ERR Protocol error: bulk length 101 exceeds the limit of 100 bytes")
+      , ("*1\n", "ERR Protocol error: expected CRLF after the multibulk length") ]
+
+------------------------------------------------------------------------------
+-- The server
+
+-- | Run a server with this bulk limit on a free loopback port.
+withKv :: Int -> (SockAddr -> IO a) -> IO a
+withKv bulkLimit body = do
+  ready <- newEmptyMVar
+  let cfg = defaultServerConfig { serverLimits = defaultLimits { maxBulk = bulkLimit }
+                                , serverOnReady = putMVar ready }
+      addr = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
+  bracket (forkIO (runServer cfg addr)) killThread $ \_ ->
+    body =<< within 5 "server start" (takeMVar ready)
+
+-- | A client connection with its unread input.
+data Client = Client N.Socket (MVar ByteString)
+
+withClient :: SockAddr -> (Client -> IO a) -> IO a
+withClient addr act = bracket (connectClient addr) N.close $ \s -> do
+  buf <- newMVar B.empty
+  act (Client s buf)
+
+sendRaw :: Client -> ByteString -> IO ()
+sendRaw (Client s _) = NB.sendAll s
+
+-- | The next n replies (failing the test after 3 s).
+replies :: Client -> Int -> IO [Reply]
+replies (Client s buf) n = within 3 ("replies from the server") $ modifyMVar buf (go n [])
+  where
+    go 0 acc unread = return (unread, reverse acc)
+    go k acc unread = case decodeReply unread of
+      Left e -> fail ("undecodable reply: " ++ e)
+      Right (Just (r, rest)) -> go (k - 1) (r : acc) rest
+      Right Nothing -> do
+        more <- NB.recv s 65536
+        when (B.null more) $ fail ("connection closed with " ++ show k ++ " replies missing")
+        go k acc (unread <> more)
+
+-- | Send commands in one write and read their replies.
+run :: Client -> [[ByteString]] -> IO [Reply]
+run c cmds = sendRaw c (B.concat (map encodeCommand cmds)) >> replies c (length cmds)
+
+-- | One command's reply.
+cmd :: Client -> [ByteString] -> IO Reply
+cmd c args = head <$> run c [args]
+
+-- | Everything the server still sends, until it closes.
+untilClosed :: Client -> IO ByteString
+untilClosed (Client s buf) = within 3 "the server to close the connection" $ do
+  unread <- takeMVar buf
+  let go acc = do
+        more <- NB.recv s 65536
+        if B.null more then return (B.concat (reverse acc)) else go (more : acc)
+  go [unread]
+
+bulk :: ByteString -> Reply
+bulk = RBulk
+
+ok :: Reply
+ok = RSimple "OK"
+
+wrongType :: Reply
+wrongType = RError "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+serverSpec :: Spec
+serverSpec = around (withKv 65536) $ describe "server" $ do
+  it "answers PING, ECHO, CONFIG GET and COMMAND" $ \addr -> withClient addr $ \c -> do
+    cmd c ["PING"] `shouldReturn` RSimple "PONG"
+    cmd c ["ping", "hi"] `shouldReturn` bulk "hi"
+    cmd c ["ECHO", "a\r\nb"] `shouldReturn` bulk "a\r\nb"
+    cmd c ["CONFIG", "GET", "save"] `shouldReturn` RArray [bulk "save", bulk ""]
+    cmd c ["CONFIG", "GET", "appendonly"] `shouldReturn` RArray [bulk "appendonly", bulk "no"]
+    cmd c ["CONFIG", "GET", "nothing"] `shouldReturn` RArray []
+    sendRaw c "PING\r\n"
+    replies c 1 `shouldReturn` [RSimple "PONG"]
+
+  it "runs the string and key commands" $ \addr -> withClient addr $ \c -> do
+    run c [ ["GET", "s"], ["SET", "s", "v1"], ["GET", "s"], ["SET", "s", "v2"], ["GET", "s"]
+          , ["INCR", "n"], ["INCR", "n"], ["INCRBY", "n", "40"], ["DECR", "n"], ["GET", "n"]
+          , ["INCR", "s"], ["EXISTS", "s", "n", "none"], ["DEL", "s", "none"], ["GET", "s"]
+          , ["SET", "x", "1", "NX"], ["SET", "x", "2", "NX"], ["GET", "x"], ["TYPE", "x"] ]
+      `shouldReturn`
+        [ RNil, ok, bulk "v1", ok, bulk "v2"
+        , RInt 1, RInt 2, RInt 42, RInt 41, bulk "41"
+        , RError "ERR value is not an integer or out of range", RInt 2, RInt 1, RNil
+        , ok, RNil, bulk "1", RSimple "string" ]
+
+  it "runs the list, set, hash and sorted-set commands" $ \addr -> withClient addr $ \c -> do
+    run c [ ["LPUSH", "l", "a", "b"], ["RPUSH", "l", "c"], ["LRANGE", "l", "0", "-1"]
+          , ["LRANGE", "l", "1", "1"], ["LRANGE", "l", "5", "9"], ["LPOP", "l"], ["RPOP", "l"]
+          , ["LLEN", "l"], ["RPOP", "l"], ["RPOP", "l"], ["EXISTS", "l"] ]
+      `shouldReturn`
+        [ RInt 2, RInt 3, RArray (map bulk ["b", "a", "c"]), RArray [bulk "a"], RArray []
+        , bulk "b", bulk "c", RInt 1, bulk "a", RNil, RInt 0 ]
+    run c [ ["SADD", "set", "x", "y", "x"], ["SADD", "set", "y", "z"], ["SCARD", "set"] ]
+      `shouldReturn` [RInt 2, RInt 1, RInt 3]
+    popped <- run c [["SPOP", "set"], ["SPOP", "set"], ["SPOP", "set"], ["SPOP", "set"]]
+    sort [ m | RBulk m <- popped ] `shouldBe` ["x", "y", "z"]
+    last popped `shouldBe` RNil
+    run c [ ["HSET", "h", "f", "1", "g", "2"], ["HSET", "h", "f", "3"], ["HGET", "h", "f"], ["HLEN", "h"] ]
+      `shouldReturn` [RInt 2, RInt 0, bulk "3", RInt 2]
+    run c [ ["ZADD", "z", "2", "b", "1.5", "a", "-inf", "c"], ["ZADD", "z", "0", "c"], ["ZCARD", "z"]
+          , ["ZPOPMIN", "z"], ["ZPOPMIN", "z", "5"], ["ZPOPMIN", "z"], ["ZADD", "z", "x", "a"] ]
+      `shouldReturn`
+        [ RInt 3, RInt 0, RInt 3, RArray [bulk "c", bulk "0"]
+        , RArray [bulk "a", bulk "1.5", bulk "b", bulk "2"], RArray []
+        , RError "ERR value is not a valid float" ]
+
+  it "answers WRONGTYPE for an operation on a key of another type" $ \addr -> withClient addr $ \c ->
+    run c [ ["LPUSH", "k", "a"], ["GET", "k"], ["SADD", "k", "m"], ["HSET", "k", "f", "v"]
+          , ["ZADD", "k", "1", "m"], ["INCR", "k"], ["SET", "k", "s"], ["LPOP", "k"], ["LRANGE", "k", "0", "1"] ]
+      `shouldReturn` [RInt 1, wrongType, wrongType, wrongType, wrongType, wrongType, ok, wrongType, wrongType]
+
+  it "runs multi-key commands with each key on its own color, results joined in order" $ \addr ->
+    withClient addr $ \c -> do
+      let keys = [ C.pack ("mk" ++ show i) | i <- [1 .. 40 :: Int] ]
+      cmd c ("MSET" : concat [ [k, k <> "-v"] | k <- keys ]) `shouldReturn` ok
+      cmd c ("MGET" : "missing" : keys) `shouldReturn` RArray (RNil : [ bulk (k <> "-v") | k <- keys ])
+      cmd c ("EXISTS" : "missing" : keys ++ take 5 keys) `shouldReturn` RInt 45
+      cmd c ("DEL" : take 10 keys ++ ["missing"] ++ take 10 keys) `shouldReturn` RInt 10
+      cmd c ("EXISTS" : keys) `shouldReturn` RInt 30
+      cmd c ["DEL", "mk40", "mk40"] `shouldReturn` RInt 1
+      -- Parts on one key run in argument order: the last value wins.
+      cmd c ["MSET", "same", "1", "other", "x", "same", "2", "same", "3"] `shouldReturn` ok
+      cmd c ["MGET", "same", "other"] `shouldReturn` RArray [bulk "3", bulk "x"]
+      cmd c ["MSET", "a"] `shouldReturn` RError "ERR wrong number of arguments for 'mset' command"
+
+  it "keeps replies in request order when one pipeline hits many colors" $ \addr ->
+    withClients addr 4 $ \cs -> forConcurrently_ (zip [0 :: Int ..] cs) $ \(ci, c) -> do
+      -- Same-key commands must see each other; replies must not reorder.
+      let key i = C.pack ("order" ++ show ci ++ ":" ++ show (i `mod` 37))
+          cmds = concat [ [ ["INCR", key i], ["GET", key i], ["PING"] ] | i <- [0 .. 399 :: Int] ]
+          expected = concat [ [RInt n, bulk (C.pack (show n)), RSimple "PONG"]
+                            | i <- [0 .. 399 :: Int], let n = i `div` 37 + 1 ]
+      run c cmds `shouldReturn` expected
+
+  it "serves a client that pipelines 20000 commands before reading" $ \addr -> withClient addr $ \c -> do
+    let n = 20000
+    sendRaw c (B.concat (replicate n (encodeCommand ["INCR", "many"])))
+    rs <- replies c n
+    rs `shouldBe` map RInt [1 .. fromIntegral n]
+
+  it "stores and returns values larger than a read, alone and in arrays" $ \addr -> withClient addr $ \c -> do
+    -- At the 65536-byte limit of this server: several reads to receive,
+    -- and sent from the store without copies (Kv.Resp.encodeReplyChunks).
+    let big = B.pack (take 65536 (cycle [0 .. 250]))
+    cmd c ["SET", "big", big] `shouldReturn` ok
+    run c [["GET", "big"], ["MGET", "big", "none", "big"], ["PING"]]
+      `shouldReturn` [bulk big, RArray [bulk big, RNil, bulk big], RSimple "PONG"]
+
+  it "gets every reply, in order, to a client that reads slowly (output paused, then resumed)" $ \addr ->
+    withClient addr $ \c -> do
+      let big = B.replicate 60000 98
+          n = 200   -- 12 MB of replies: far more than the socket buffers and the output limit
+      cmd c ["SET", "big", big] `shouldReturn` ok
+      sender <- async (sendRaw c (B.concat (concat (replicate n [encodeCommand ["GET", "big"], encodeCommand ["INCR", "i"]]))))
+      threadDelay 100000   -- let the server fill the socket and stop reading
+      rs <- replies c (2 * n)
+      wait sender
+      rs `shouldBe` concat [ [bulk big, RInt i] | i <- [1 .. fromIntegral n] ]
+
+  it "answers everything sent before a half-close, then closes" $ \addr -> withClient addr $ \c@(Client s _) -> do
+    sendRaw c (B.concat (map encodeCommand [["SET", "h", "1"], ["INCR", "h"], ["GET", "h"]]))
+    N.shutdown s N.ShutdownSend
+    untilClosed c `shouldReturn` "+OK\r\n:2\r\n$1\r\n2\r\n"
+
+  it "answers unknown commands and bad arity with an error and keeps the connection" $ \addr ->
+    withClient addr $ \c -> do
+      cmd c ["NOSUCH", "x"] `shouldReturn` RError "ERR unknown command 'NOSUCH'"
+      cmd c ["GET"] `shouldReturn` RError "ERR wrong number of arguments for 'get' command"
+      cmd c ["GET", "a", "b"] `shouldReturn` RError "ERR wrong number of arguments for 'get' command"
+      cmd c ["PING"] `shouldReturn` RSimple "PONG"
+
+  forM_ [ ("a non-numeric bulk length", "*2\r\n$3\r\nGET\r\n$x\r\n", "-ERR Protocol error: invalid bulk length\r\n")
+        , ("a bad multibulk length", "*-x\r\n", "-ERR Protocol error: invalid multibulk length\r\n")
+        , ("a bulk string over --max-bulk", "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$65537\r\nxxxx"
+          , "-ERR Protocol error: bulk length 65537 exceeds the limit of 65536 bytes\r\n") ] $
+    \(what, bad, answer) ->
+      it ("answers " ++ what ++ " with an error, closes, and serves others") $ \addr ->
+        withClient addr $ \other -> do
+          cmd other ["SET", "still", "here"] `shouldReturn` ok
+          withClient addr $ \c -> do
+            -- A command before the bad input in the same write still runs.
+            sendRaw c (encodeCommand ["INCR", "before"] <> bad)
+            untilClosed c `shouldReturn` (":1\r\n" <> answer)
+          cmd other ["GET", "still"] `shouldReturn` bulk "here"
+          withClient addr $ \c -> cmd c ["GET", "before"] `shouldReturn` bulk "1"
+
+  it "closes after QUIT, answering what came before" $ \addr -> withClient addr $ \c -> do
+    sendRaw c (B.concat (map encodeCommand [["SET", "q", "1"], ["QUIT"], ["SET", "q", "2"]]))
+    untilClosed c `shouldReturn` "+OK\r\n+OK\r\n"
+    withClient addr $ \c' -> cmd c' ["GET", "q"] `shouldReturn` bulk "1"
+
+  it "expires keys with EXPIRE and PEXPIRE on weft timers" $ \addr -> withClient addr $ \c -> do
+    run c [ ["SET", "e1", "v"], ["EXPIRE", "e1", "1"], ["TTL", "e1"], ["EXPIRE", "nokey", "1"]
+          , ["SET", "e2", "v"], ["PEXPIRE", "e2", "60"], ["SET", "e3", "v", "PX", "60"]
+          , ["SET", "e4", "v"], ["PEXPIRE", "e4", "60"], ["SET", "e4", "w"], ["TTL", "e4"]
+          , ["SET", "e5", "v"], ["EXPIRE", "e5", "0"], ["EXISTS", "e5"] ]
+      `shouldReturn` [ ok, RInt 1, RInt 1, RInt 0, ok, RInt 1, ok, ok, RInt 1, ok, RInt (-1), ok, RInt 1, RInt 0 ]
+    threadDelay 200000
+    run c [["GET", "e2"], ["EXISTS", "e3"], ["GET", "e4"], ["GET", "e1"], ["TTL", "e2"]]
+      `shouldReturn` [RNil, RInt 0, bulk "w", bulk "v", RInt (-2)]
+    threadDelay 900000
+    run c [["GET", "e1"], ["EXISTS", "e1"]] `shouldReturn` [RNil, RInt 0]
+  where
+    withClients addr n act = go n []
+      where go 0 cs = act (reverse cs)
+            go k cs = withClient addr (\c -> go (k - 1 :: Int) (c : cs))
