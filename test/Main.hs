@@ -1,5 +1,5 @@
--- | weft's test suite. The wait, timer and lifecycle tests run once per
--- backend; run with @+RTS -N2@ so that two capabilities take part.
+-- | weft's test suite. The wait, timer, lifecycle, network and colored
+-- readiness tests run once per backend; run with @+RTS -N2@ so that two capabilities take part.
 module Main (main) where
 
 import Control.Concurrent (getNumCapabilities)
@@ -8,6 +8,8 @@ import System.Exit (exitFailure)
 import System.IO
 import Test.Hspec
 
+import qualified Test.Color
+import qualified Test.ColorQueues
 import qualified Test.FdTable
 import qualified Test.Lifecycle
 import qualified Test.Http
@@ -33,6 +35,8 @@ main = do
     Test.Wheel.spec
     Test.Http.spec
     Test.Kv.spec
+    Test.ColorQueues.spec
+    Test.Color.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do
@@ -42,3 +46,4 @@ main = do
           Test.Net.spec kind
           Test.Servers.spec kind
           Test.Sws.spec
+          Test.Color.ioSpec kind

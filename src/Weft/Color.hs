@@ -46,6 +46,8 @@ module Weft.Color
   , CoreStats (..)
   , stats
   , stealCostNanos
+    -- * Debugging
+  , runtimeQueues
     -- * Topology
   , module Weft.Color.Topology
   ) where
@@ -273,8 +275,13 @@ post rt color h body = mask_ $ do
             -- Read under the lock: a worker parks only after checking its
             -- queue under this lock (Note [Parking]).
             sleeping <- parkedFlag q o
+            -- An owner in the middle of a batch wakes no thief until the
+            -- batch ends, which may be never (Note [Parking]).
+            busy <- if sleeping || rtPolicy rt == NoStealing
+                      then return False else (>= 0) <$> runningColor q o
             unlockCore q o
             when sleeping (wake rt o)
+            when busy (wakeThief rt o)
   attempt
 
 -- While draining, only handlers may post.
@@ -327,10 +334,16 @@ shutdown rt = do
 -- lock. So either the poster's critical section came first, and the
 -- worker's check sees the event, or the worker's came first, and the
 -- poster sees the flag and wakes it: no event is left behind by a sleeping
--- owner. Thieves are woken by busy workers: after each batch, a worker
--- whose queue still holds something stealable wakes the nearest parked
--- core, so a burst of posts to one core spreads without any cost to
--- 'post' itself.
+-- owner. Thieves are woken by busy workers: as it starts each batch, a
+-- worker whose queue still holds something stealable wakes the nearest
+-- parked core, so a burst of posts to one core spreads. Waking after the
+-- batch instead would leave the events queued behind a long handler (or
+-- one that waits, say for an event queued behind it) unstolen while every
+-- other core sleeps, until the handler ends. For the same reason 'post'
+-- wakes a thief when it queues on an owner that is running a batch. On
+-- the common path this costs 'post' one read of a word next to the
+-- owner's lock; the parked count and the victim's queue are read only
+-- when the owner is busy.
 
 -- Note [Preempted lock holders]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -358,12 +371,13 @@ worker rt unmask me = loop 0 0
       unlockCore q me
       if c >= 0
         then do
+          -- Before the batch, which may be long (Note [Parking]).
+          when stealing (wakeThief rt me)
           n <- runAll evs 0
           statAdd stEvents n
           lockCore q me
           finishBatch q me c
           unlockCore q me
-          when stealing wakeThief
           -- Let the capability's other threads in now and then (Note
           -- [Preempted lock holders]).
           when (batches .&. 7 == 7) yield
@@ -389,7 +403,7 @@ worker rt unmask me = loop 0 0
         Right () -> return ()
         Left (e :: SomeException) -> do
           statAdd stErrors 1
-          hPutStrLn stderr ("weft: color handler " ++ show name ++ " threw: " ++ show e)
+          reportFailure name e
 
     idle :: Int -> Int -> IO ()
     idle !batches !rounds = do
@@ -416,17 +430,6 @@ worker rt unmask me = loop 0 0
       setParked q me False
       _ <- addCounter (rtState rt) sParked (-1)
       loop 0 0
-
-    wakeThief = do
-      parked <- readCounter (rtState rt) sParked
-      when (parked > 0) $ do
-        more <- hasStealable q me
-        when more $ do
-          let nearest = indexArray (rtVictims rt) me
-          sleepers <- filterM (parkedFlag q) nearest
-          case sleepers of
-            t : _ -> wake rt t
-            [] -> return ()
 
     -- One pass over the victims; True if a color was stolen.
     stealRound = do
@@ -482,6 +485,38 @@ worker rt unmask me = loop 0 0
       TimeLeft -> chooseWorthy q v
       PenaltyAware -> chooseWorthy q v
       Mely -> chooseWorthy q v
+
+-- | Report a handler's exception on stderr. Showing the exception runs
+-- the handler's code too (a lazy 'error' message, a 'Show' instance), and
+-- stderr may be closed: the report renders the text in full first, falls
+-- back to a plain line if that throws, and drops the line if it cannot be
+-- written, so that no exception escapes into the worker and stops its
+-- core.
+reportFailure :: String -> SomeException -> IO ()
+reportFailure name e = do
+  let full = "weft: color handler " ++ show name ++ " threw: " ++ show e
+  rendered <- try (evaluate (foldr seq () full))
+  let line = case rendered of
+        Right () -> full
+        Left (_ :: SomeException) -> "weft: a color handler threw an exception that cannot be shown"
+  r <- try (hPutStrLn stderr line)
+  case r of
+    Right () -> return ()
+    Left (_ :: SomeException) -> return ()
+
+-- | If some worker is parked and core @victim@ holds something stealable,
+-- wake the parked worker nearest to it (Note [Parking]).
+wakeThief :: Runtime -> Int -> IO ()
+wakeThief rt victim = do
+  let q = rtQueues rt
+  parked <- readCounter (rtState rt) sParked
+  when (parked > 0) $ do
+    more <- hasStealable q victim
+    when more $ do
+      sleepers <- filterM (parkedFlag q) (indexArray (rtVictims rt) victim)
+      case sleepers of
+        t : _ -> wake rt t
+        [] -> return ()
 
 -- | Idle passes a worker makes, yielding between them, before it parks.
 spinRounds :: Int
@@ -567,3 +602,10 @@ stats rt = forM [0 .. rtCores rt - 1] $ \i -> do
 -- time-left stealing).
 stealCostNanos :: Runtime -> IO Int
 stealCostNanos = stealCost . rtQueues
+
+-- | The runtime's queues, for tests and debugging tools (say, to check
+-- that after a run no event is left queued and every color is back home).
+-- Read them as "Weft.Color.Queues" requires: with the owning core's lock
+-- held, or once 'shutdown' has returned and no worker touches them.
+runtimeQueues :: Runtime -> Queues
+runtimeQueues = rtQueues
