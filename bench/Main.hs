@@ -9,6 +9,7 @@ import System.Exit (exitFailure)
 import System.IO
 
 import Bench.Kv (kvMain)
+import Bench.Color (colorChild, colorMain)
 import Bench.Net
 import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
@@ -23,6 +24,8 @@ main = do
     ("wait-child" : rest) -> waitChild rest
     ("timers" : rest) -> () <$ timersMain rest
     ("timers-child" : rest) -> timersChild rest
+    ("color" : rest) -> () <$ colorMain rest
+    ("color-child" : rest) -> colorChild rest
     ("simple" : rest) -> () <$ simpleBench (parseSettings rest)
     ("echo" : rest) -> () <$ echoBench (parseSettings rest)
     ("pong" : rest) -> () <$ pongBench (parseSettings rest)
@@ -46,6 +49,10 @@ main = do
         , "  timers  timeout, threadDelay scaling and memory, updateTimeout: weft vs GHC's timers"
         , "          (options: --reps N --long --timeouts N --updates N --timers N --delay-threads N,N,..."
         , "          --bytes-threads N --caps 1,2 --only timeout,delay,bytes,tickle)"
+        , "  color   Mely's colored-event microbenchmarks (unbalanced, balanced, penalty, cache-efficient,"
+        , "          unbalanced on a simulated 8-core machine), every stealing policy side by side"
+        , "          (options: --quick --reps N --duration SECONDS --only NAME,.. --policies NAME,..;"
+        , "          --max-others PERCENT --retries N --nursery SIZE|default; default 5 s runs, --quick 0.5-1.5 s)"
         , "  all     everything, then bench-results/summary.md"
         , ""
         , "Default: 3 repetitions of 1.5 s runs (what make bench runs); --long: 5 of 5 s."
@@ -60,6 +67,7 @@ runAll st = do
   let waitArgs = if setLong st then [] else ["--reps", "3"]
       timerArgs = [ "--long" | setLong st ] ++ ["--reps", show (setReps st)]
       kvArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
+      colorArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
   sections <- forM
     [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
     , ("echo: one-connection round trip", echoBench st)
@@ -68,7 +76,8 @@ runAll st = do
     , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
     , ("wait: fd waits in one process", waitMain waitArgs)
     , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)
-    , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain kvArgs) ] $ \(title, run) -> do
+    , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain kvArgs)
+    , ("color: Mely's microbenchmarks on Weft.Color, every stealing policy", colorMain colorArgs) ] $ \(title, run) -> do
       table <- run
       return ("## " ++ title ++ "\n\n```\n" ++ table ++ "```\n")
   machine <- readFile "/proc/cpuinfo"

@@ -1,5 +1,6 @@
+{-# LANGUAGE NumericUnderscores #-}
 -- | Shared helpers for weft-bench: process CPU time, medians, tables, CSV,
--- option lists.
+-- option lists, pinned child processes.
 module Bench.Report
   ( processCpuMicros
   , splitOn
@@ -7,10 +8,19 @@ module Bench.Report
   , spread
   , renderTable
   , writeCsv
+  , ChildResult
+  , runPinned
+  , parseResult
   ) where
 
+import Control.Concurrent (forkIO, newEmptyMVar, putMVar, takeMVar, threadDelay)
 import Control.Monad (when)
-import Data.List (intercalate, sort, transpose)
+import Data.List (intercalate, isPrefixOf, sort, transpose)
+import qualified Data.Map.Strict as Map
+import GHC.Clock (getMonotonicTimeNSec)
+import System.Exit (ExitCode (..))
+import System.IO (hGetContents)
+import System.Process
 import Foreign.C.Types (CInt (..))
 import Foreign.Marshal.Alloc (allocaBytes)
 import Foreign.Ptr (Ptr)
@@ -60,3 +70,44 @@ writeCsv :: FilePath -> [String] -> [[String]] -> IO ()
 writeCsv path header rows = do
   createDirectoryIfMissing True (takeDirectory path)
   writeFile path (unlines (map (intercalate ",") (header : rows)))
+
+-- | A child's @result@ line: named numbers.
+type ChildResult = Map.Map String Double
+
+-- | @runPinned cpus exe args limit@ runs @taskset -c cpus exe args@ and
+-- parses the one @result key=value ...@ line it prints. A child that exits
+-- with an error, dies of a signal, prints no result line, or runs past
+-- @limit@ seconds (it is then killed) gives 'Left' with the reason, so one
+-- bad run fails only its own cell.
+runPinned :: String -> FilePath -> [String] -> Int -> IO (Either String ChildResult)
+runPinned cpus exe args limitSecs = do
+  (_, Just out, _, ph) <- createProcess (proc "taskset" ("-c" : cpus : exe : args)) { std_out = CreatePipe }
+  outVar <- newEmptyMVar
+  _ <- forkIO (hGetContents out >>= \s -> length s `seq` putMVar outVar s)
+  t0 <- getMonotonicTimeNSec
+  -- Poll rather than block in waitForProcess, so the limit can always act.
+  let wait = do
+        code <- getProcessExitCode ph
+        now <- getMonotonicTimeNSec
+        case code of
+          Just c -> return (Just c)
+          Nothing | now - t0 > fromIntegral limitSecs * 1_000_000_000 -> return Nothing
+                  | otherwise -> threadDelay 20_000 >> wait
+  code <- wait
+  case code of
+    Nothing -> do
+      terminateProcess ph
+      _ <- waitForProcess ph
+      return (Left ("no result within " ++ show limitSecs ++ " s; killed"))
+    Just ExitSuccess -> parseResult <$> takeMVar outVar
+    Just (ExitFailure c)
+      | c == -9 -> return (Left "killed by SIGKILL (out of memory?)")
+      | c < 0 -> return (Left ("killed by signal " ++ show (negate c)))
+      | otherwise -> return (Left ("exited with status " ++ show c))
+
+-- | The numbers of a child's single @result k=v k=v ...@ line.
+parseResult :: String -> Either String ChildResult
+parseResult out = case [ drop 7 l | l <- lines out, "result " `isPrefixOf` l ] of
+  [l] -> let kvs = [ (k, v) | w <- words l, (k, '=' : s) <- [break (== '=') w], [(v, "")] <- [reads s] ]
+         in if null kvs then Left ("bad child output: " ++ out) else Right (Map.fromList kvs)
+  _ -> Left ("bad child output: " ++ out)

@@ -133,7 +133,7 @@ allBenches = ["timeout", "delay", "bytes", "tickle"]
 -- The parent
 
 -- | A child's @result@ line: named numbers.
-type Sample = Map.Map String Double
+type Sample = ChildResult
 
 -- | One row of the report: a configuration at one @-N@ and one arm.
 type CellKey = (String, Int, Arm)
@@ -326,41 +326,13 @@ progress s = unwords [ k ++ "=" ++ fmt v | (k, v) <- Map.toList s ]
 runChild :: FilePath -> Int -> Arm -> [String] -> [String] -> IO (Either (Either String String) Sample)
 runChild exe n arm childArgs rts = do
   let cores = if n <= 1 then "0" else intercalate "," (map show [0 .. n - 1])
-      argv = [ "-c", cores, exe, "timers-child" ] ++ take 1 childArgs ++ [armName arm] ++ drop 1 childArgs
+      argv = [ "timers-child" ] ++ take 1 childArgs ++ [armName arm] ++ drop 1 childArgs
              ++ [ "+RTS", "-N" ++ show n ] ++ rts ++ [ "-RTS" ]
-  (_, Just out, _, ph) <- createProcess (proc "taskset" argv) { std_out = CreatePipe }
-  outVar <- newEmptyMVar
-  _ <- forkIO (hGetContents out >>= \s -> length s `seq` putMVar outVar s)
-  t0 <- getMonotonicTimeNSec
-  -- Poll rather than block in waitForProcess, so the limit can always act.
-  let wait = do
-        code <- getProcessExitCode ph
-        now <- getMonotonicTimeNSec
-        case code of
-          Just c -> return (Just c)
-          Nothing | now - t0 > childLimitSecs * 1_000_000_000 -> return Nothing
-                  | otherwise -> threadDelay 20_000 >> wait
-  code <- wait
-  either (Left . Right) Right <$> case code of
-    Nothing -> do
-      terminateProcess ph
-      _ <- waitForProcess ph
-      return (Left ("no result within " ++ show childLimitSecs ++ " s; killed"))
-    Just ExitSuccess -> parseResult <$> takeMVar outVar
-    Just (ExitFailure c)
-      | c == -9 -> return (Left "killed by SIGKILL (out of memory?)")
-      | c < 0 -> return (Left ("killed by signal " ++ show (negate c)))
-      | otherwise -> return (Left ("exited with status " ++ show c))
+  either (Left . Right) Right <$> runPinned cores exe argv childLimitSecs
   -- GHC's arm at a million sleepers and -N2 normally takes under a minute
   -- here, but now and then stalls for many minutes; such a run is reported
   -- as failed rather than holding up the suite.
   where childLimitSecs = 240
-
-parseResult :: String -> Either String Sample
-parseResult out = case [ drop 7 l | l <- lines out, "result " `isPrefixOf` l ] of
-  [l] -> let kvs = [ (k, v) | w <- words l, (k, '=' : s) <- [break (== '=') w], [(v, "")] <- [reads s] ]
-         in if null kvs then Left ("bad child output: " ++ out) else Right (Map.fromList kvs)
-  _ -> Left ("bad child output: " ++ out)
 
 -- | Skip a threadDelay run that would not fit in memory, judged by the
 -- same -N and arm's peak RSS at the largest smaller N measured so far,

@@ -545,7 +545,9 @@ migrate q v t c = do
     SingleList -> do
       moved <- ringExtract q v c
       mapM_ (ringPush q t c) moved
-      return (n, 0)
+      -- The single list keeps no per-color work; the moved events carry
+      -- theirs, so the stolen work is still reported.
+      return (n, sum (map evWeight moved))
     ColorQueues -> do
       w <- readPrimArray (cWork q) c
       b <- fromIntegral <$> readPrimArray (cBucket q) c
