@@ -224,7 +224,7 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
                   moved <- migrate q v t c
                   unlockPair q t v
                   let n = count m c
-                      expectMoved = (n, if layout == ColorQueues then mWork m ! c else 0)
+                      expectMoved = (n, if layout == ColorQueues then mWork m ! c else sum (map snd (mQueued m ! c)))
                       m1 = m { mOwner = IM.insert c t (mOwner m) }
                       m2 = case layout of
                         SingleList ->
