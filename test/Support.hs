@@ -13,6 +13,7 @@ module Support
   , openFdCount
   , startManagers
   , raiseFdLimit
+  , withFdHeadroom
   , forkResult
   , isBadFd
   ) where
@@ -30,6 +31,8 @@ import Foreign.Storable (peek, poke)
 import GHC.IO.Exception (IOException (..))
 import System.Directory (listDirectory)
 import qualified System.Timeout as GHC
+import System.Mem (performMajorGC)
+import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
 import System.Posix.Resource
 import System.Posix.Types (CSsize (..), Fd (..))
 import Test.Hspec
@@ -130,3 +133,24 @@ foreign import ccall unsafe "unistd.h pipe2" c_pipe2 :: Ptr CInt -> CInt -> IO C
 foreign import ccall unsafe "unistd.h close" c_close :: Fd -> IO CInt
 foreign import ccall unsafe "unistd.h read" c_read :: Fd -> Ptr Word8 -> CSize -> IO CSsize
 foreign import ccall unsafe "unistd.h write" c_write :: Fd -> Ptr Word8 -> CSize -> IO CSsize
+
+-- | Run an action with the open-file limit set so that exactly @n@ more fds
+-- can be opened. The limit bounds fd numbers, not counts, so the free
+-- numbers below the highest open fd are filled with @/dev/null@ first.
+-- The action gets an action that lifts the limit again; the limit is
+-- restored and the fillers closed at the end in any case.
+withFdHeadroom :: Int -> (IO () -> IO a) -> IO a
+withFdHeadroom n act = do
+  -- Fds that only a finalizer will close (lazily read files) would free
+  -- numbers under the limit midway: let them go now.
+  performMajorGC >> threadDelay 10000
+  lim <- getResourceLimit ResourceOpenFiles
+  highest <- maximum . map read <$> listDirectory "/proc/self/fd"
+  let fill acc = do
+        fd <- openFd "/dev/null" ReadOnly Nothing defaultFileFlags
+        if fd < Fd highest then fill (fd : acc) else closeFd fd >> return (fd, acc)
+  (Fd firstFree, fillers) <- fill []
+  let lift = setResourceLimit ResourceOpenFiles lim
+  (`finally` (lift >> mapM_ closeFd fillers)) $ do
+    setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + fromIntegral n) }
+    act lift

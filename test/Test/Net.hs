@@ -15,11 +15,6 @@ import GHC.IO.Exception (IOErrorType (..), IOException (..))
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
-import System.Directory (listDirectory)
-import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
-import System.Mem (performMajorGC)
-import System.Posix.Resource
-import System.Posix.Types (Fd (..))
 import qualified System.Timeout as GHC
 import Test.Hspec
 
@@ -233,22 +228,9 @@ spec kind = describe "Weft.Net" $ do
     served <- newIORef (0 :: Int)
     let handler s a = atomicModifyIORef' served (\n -> (n + 1, ())) >> echo s a
     withWeftServer W.defaultServerConfig handler $ \addr -> do
-      -- Fds that only a finalizer will close would free numbers under the
-      -- limit midway: let them go now.
-      performMajorGC >> threadDelay 10000
       -- Client sockets made before the limit drops; connecting needs no fd.
       clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
-      lim <- getResourceLimit ResourceOpenFiles
-      -- The limit bounds fd numbers, not counts: fill the free numbers
-      -- below the highest open fd, then allow three more.
-      highest <- maximum . map read <$> listDirectory "/proc/self/fd"
-      let fill acc = do
-            fd <- openFd "/dev/null" ReadOnly Nothing defaultFileFlags
-            if fd < Fd highest then fill (fd : acc) else closeFd fd >> return (fd, acc)
-      (Fd firstFree, fillers) <- fill []
-      let restore = setResourceLimit ResourceOpenFiles lim >> mapM_ closeFd fillers
-      (`finally` restore) $ do
-        setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + 3) }
+      withFdHeadroom 3 $ \liftLimit -> do
         mapM_ (`N.connect` addr) clients
         eventually "three served" ((== 3) <$> readIORef served)
         threadDelay 50000
@@ -256,7 +238,7 @@ spec kind = describe "Weft.Net" $ do
         forM_ (take 3 clients) $ \c -> do
           NB.sendAll c (BC.pack "hi")
           recvExactly c 2 `shouldReturn` BC.pack "hi"
-        setResourceLimit ResourceOpenFiles lim
+        liftLimit
         eventually "the rest served" ((== 8) <$> readIORef served)
         forM_ clients $ \c -> do
           NB.sendAll c (BC.pack "ok")

@@ -241,30 +241,16 @@ spec = describe "weft-sws" $ do
     it "rides out fd exhaustion at accept: admitted clients are served, accepting resumes" $
       withSws policy id $ \srv addr -> do
         startManagers
-        -- Handles that only a finalizer will close (lazy reads) would free
-        -- fd numbers under the limit midway: let them go now.
-        performMajorGC >> threadDelay 10000
         -- Client sockets made before the limit drops; connecting needs no fd.
         clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
-        (`finally` mapM_ N.close clients) $ do
-          lim <- getResourceLimit ResourceOpenFiles
-          -- The limit bounds fd numbers, not counts: fill the free numbers
-          -- below the highest open fd, then allow three more.
-          highest <- maximum . map read <$> listDirectory "/proc/self/fd"
-          let fill acc = do
-                fd <- openFd "/dev/null" ReadOnly Nothing defaultFileFlags
-                if fd < Fd highest then fill (fd : acc) else closeFd fd >> return (fd, acc)
-          (Fd firstFree, fillers) <- fill []
-          let restore = setResourceLimit ResourceOpenFiles lim >> mapM_ closeFd fillers
-          (`finally` restore) $ do
-            setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + 3) }
-            mapM_ (`N.connect` addr) clients
-            eventually "three admitted" ((== 3) <$> serverClients srv)
-            threadDelay 20000
-            serverClients srv `shouldReturn` 3
-            forM_ (take 3 clients) $ \c -> expectReply c (get "/hello.txt") helloOk
-            setResourceLimit ResourceOpenFiles lim
-            forM_ clients $ \c -> expectReply c (get "/sub/page.html") pageOk
+        (`finally` mapM_ N.close clients) $ withFdHeadroom 3 $ \liftLimit -> do
+          mapM_ (`N.connect` addr) clients
+          eventually "three admitted" ((== 3) <$> serverClients srv)
+          threadDelay 20000
+          serverClients srv `shouldReturn` 3
+          forM_ (take 3 clients) $ \c -> expectReply c (get "/hello.txt") helloOk
+          liftLimit
+          forM_ clients $ \c -> expectReply c (get "/sub/page.html") pageOk
 
     it "serves 200 concurrent clients, each several requests" $
       withSws policy id $ \srv addr -> do
