@@ -15,6 +15,7 @@ import qualified Test.Lifecycle
 import qualified Test.Http
 import qualified Test.Kv
 import qualified Test.Net
+import qualified Test.Packet
 import qualified Test.Servers
 import qualified Test.Slot
 import qualified Test.Sws
@@ -37,6 +38,7 @@ main = do
     Test.Kv.spec
     Test.ColorQueues.spec
     Test.Color.spec
+    Test.Packet.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do
