@@ -11,6 +11,7 @@ import System.IO
 import Bench.Kv (kvMain)
 import Bench.Color (colorChild, colorMain)
 import Bench.Net
+import Bench.Packet (packetMain, packetModelChild)
 import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
 import Bench.Wait (waitChild, waitMain)
@@ -32,6 +33,8 @@ main = do
     ("idle" : rest) -> () <$ idleBench (parseSettings rest)
     ("sws" : rest) -> () <$ uncurry swsBench (parseSwsArgs rest)
     ("kv" : rest) -> () <$ kvMain rest
+    ("packet" : rest) -> () <$ packetMain rest
+    ("packet-model-child" : rest) -> packetModelChild rest
     ("all" : rest) -> runAll (parseSettings rest)
     _ -> do
       hPutStrLn stderr $ unlines
@@ -53,6 +56,10 @@ main = do
         , "          unbalanced on a simulated 8-core machine), every stealing policy side by side"
         , "          (options: --quick --reps N --duration SECONDS --only NAME,.. --policies NAME,..;"
         , "          --max-others PERCENT --retries N --nursery SIZE|default; default 5 s runs, --quick 0.5-1.5 s)"
+        , "  packet  Weft.Packet: weft-fwd vs a C forwarder over AF_PACKET on veth (batch sweep), the kernel's"
+        , "          bridge and tc mirred, a zero-loss check, and the ixgbe driver loop vs its C port on the"
+        , "          device model (options: --quick --reps N --duration S --batches 1,8,.. --only veth,peers,loss,model;"
+        , "          the veth parts need root)"
         , "  all     everything, then bench-results/summary.md"
         , ""
         , "Default: 3 repetitions of 1.5 s runs (what make bench runs); --long: 5 of 5 s."
@@ -68,6 +75,7 @@ runAll st = do
       timerArgs = [ "--long" | setLong st ] ++ ["--reps", show (setReps st)]
       kvArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
       colorArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
+      packetArgs = [ "--quick" | not (setLong st) ] ++ [ "--reps" | setLong st ] ++ [ show (setReps st) | setLong st ]
   sections <- forM
     [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
     , ("echo: one-connection round trip", echoBench st)
@@ -77,7 +85,8 @@ runAll st = do
     , ("wait: fd waits in one process", waitMain waitArgs)
     , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)
     , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain kvArgs)
-    , ("color: Mely's microbenchmarks on Weft.Color, every stealing policy", colorMain colorArgs) ] $ \(title, run) -> do
+    , ("color: Mely's microbenchmarks on Weft.Color, every stealing policy", colorMain colorArgs)
+    , ("packet: Weft.Packet forwarding on veth and on the device model", packetMain packetArgs) ] $ \(title, run) -> do
       table <- run
       return ("## " ++ title ++ "\n\n```\n" ++ table ++ "```\n")
   machine <- readFile "/proc/cpuinfo"
