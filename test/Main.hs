@@ -8,6 +8,7 @@ import System.Exit (exitFailure)
 import System.IO
 import Test.Hspec
 
+import qualified Test.AfPacket
 import qualified Test.Color
 import qualified Test.ColorQueues
 import qualified Test.FdTable
@@ -16,6 +17,7 @@ import qualified Test.Http
 import qualified Test.Kv
 import qualified Test.Net
 import qualified Test.Packet
+import qualified Test.PacketApps
 import qualified Test.Servers
 import qualified Test.Slot
 import qualified Test.Sws
@@ -39,6 +41,8 @@ main = do
     Test.ColorQueues.spec
     Test.Color.spec
     Test.Packet.spec
+    Test.AfPacket.spec
+    Test.PacketApps.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do

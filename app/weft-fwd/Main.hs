@@ -16,7 +16,7 @@
 -- the end @summary forwarded=N seconds=S dropped=D@.
 module Main (main) where
 
-import Control.Concurrent
+import Control.Concurrent hiding (threadDelay)
 import Control.Exception (finally, mask_)
 import Control.Monad
 import Data.IORef
@@ -124,6 +124,7 @@ forward stop shared batch rx tx counters = do
         unless s loop
   loop
  where
+  bump :: Int -> Int -> IO ()
   bump i n = readPrimArray counters i >>= writePrimArray counters i . (+ n)
 
 -- | Increments the second byte of each packet.

@@ -16,7 +16,7 @@
 -- @--expect@, exactly that many arrived), 1 otherwise.
 module Main (main) where
 
-import Control.Concurrent
+import Control.Concurrent hiding (threadDelay)
 import Control.Exception (finally, mask_)
 import Control.Monad
 import Data.Bits
@@ -137,17 +137,18 @@ record st r = do
       let sq = fromIntegral w :: Int
       bm <- ensure sq
       let byte = sq `shiftR` 3
-          bit = sq .&. 7
+          bitNo = sq .&. 7
       old <- readByteArray bm byte :: IO Word8
-      if testBit old bit
+      if testBit old bitNo
         then bump cDuplicates
         else do
-          writeByteArray bm byte (setBit old bit)
+          writeByteArray bm byte (setBit old bitNo)
           bump cDistinct
       mx <- readPrimArray (ckCounts st) cMaxSeq
       if sq < mx then bump cReordered else writePrimArray (ckCounts st) cMaxSeq sq
     _ -> bump cOther
  where
+  bump :: Int -> IO ()
   bump i = readPrimArray (ckCounts st) i >>= writePrimArray (ckCounts st) i . (+ 1)
   ensure sq = do
     bm <- readIORef (ckBitmap st)

@@ -18,7 +18,7 @@
 -- @summary sent=N seconds=S@.
 module Main (main) where
 
-import Control.Concurrent
+import Control.Concurrent hiding (threadDelay)
 import Control.Exception (finally)
 import Control.Monad
 import Data.IORef
@@ -106,12 +106,12 @@ generate stop dev pool rate size count batch start sentRef = do
           when (due > now + 20000) $ threadDelay (fromIntegral ((due - now) `quot` 1000))
     loop 0
  where
-  prefill pool = do
-    let n = poolEntries pool
+  prefill mp = do
+    let n = poolEntries mp
     all' <- newBufferArray n
-    k <- allocBatch pool all' 0 n
+    k <- allocBatch mp all' 0 n
     forM_ [0 .. k - 1] $ \i -> do
       b <- readBuffer all' i
       writeTemplate (bufferData b) size
       setBufferLength b size
-    freeBatch pool all' 0 k
+    freeBatch mp all' 0 k

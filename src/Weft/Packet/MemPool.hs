@@ -26,6 +26,7 @@ module Weft.Packet.MemPool
   , poolFreeCount
   , poolId
   , poolBacking
+  , lookupPool
   , PoolError (..)
     -- * Buffers
   , Buffer (..)
@@ -57,6 +58,7 @@ import Control.Monad (when)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
+import qualified Data.IntMap.Strict as IM
 import Data.Primitive.PrimArray
 import Data.Word (Word32, Word64, Word8)
 import Foreign.C.Error (throwErrnoIfNull)
@@ -227,8 +229,22 @@ newMemPool cfg = do
       owner <- newIORef (-1)
       pure (Just (DebugState flags owner))
     else pure Nothing
-  pure MemPool { mpBase = base, mpEntries = n, mpId = pid, mpBacking = backing
-               , mpStack = stack, mpTop = top, mpDebug = dbg }
+  let mp = MemPool { mpBase = base, mpEntries = n, mpId = pid, mpBacking = backing
+                   , mpStack = stack, mpTop = top, mpDebug = dbg }
+  atomicModifyIORef' poolRegistry (\m -> (IM.insert pid mp m, ()))
+  pure mp
+
+-- | Every live pool by id, so that a device that is handed buffers of
+-- any pool (a transmit queue) can free them to their own pool.
+poolRegistry :: IORef (IM.IntMap MemPool)
+poolRegistry = unsafePerformIO (newIORef IM.empty)
+{-# NOINLINE poolRegistry #-}
+
+-- | The live pool with the given id ('bufferPoolId'), if any. One
+-- 'readIORef' and a map lookup: callers do it once per run of buffers of
+-- one pool, not per buffer.
+lookupPool :: Int -> IO (Maybe MemPool)
+lookupPool pid = IM.lookup pid <$> readIORef poolRegistry
 
 -- | 'newMemPool' and 'destroyMemPool' around an action.
 withMemPool :: PoolConfig -> (MemPool -> IO a) -> IO a
@@ -237,6 +253,7 @@ withMemPool cfg = bracket (newMemPool cfg) destroyMemPool
 -- | Unmaps the pool. Every buffer of it becomes invalid.
 destroyMemPool :: MemPool -> IO ()
 destroyMemPool mp = do
+  atomicModifyIORef' poolRegistry (\m -> (IM.delete (mpId mp) m, ()))
   _ <- c_weft_pkt_unmap (castPtr (mpBase mp)) (fromIntegral (mpEntries mp * bufferSize))
                         (fromBacking (mpBacking mp))
   pure ()
