@@ -60,8 +60,12 @@ main = do
   d1 <- newEmptyMVar
   d2 <- newEmptyMVar
   start <- getMonotonicTimeNSec
-  t1 <- forkOn 0 (mask_ (forward stop shared batch dev1 dev2 c12) `finally` putMVar d1 ())
-  t2 <- forkOn (1 `mod` caps) (mask_ (forward stop shared batch dev2 dev1 c21) `finally` putMVar d2 ())
+  h12 <- newHybrid defaultHybridConfig
+  h21 <- newHybrid defaultHybridConfig
+  let yieldTo other = if shared then isPolling other else pure False
+  t1 <- forkOn 0 (mask_ (forward stop (yieldTo h21) h12 batch dev1 dev2 c12) `finally` putMVar d1 ())
+  t2 <- forkOn (1 `mod` caps) (mask_ (forward stop (yieldTo h12) h21 batch dev2 dev1 c21)
+                               `finally` putMVar d2 ())
   let report prev12 prev21 prevT = do
         threadDelay 1000000
         s <- readIORef stop
@@ -104,11 +108,11 @@ readCounter = readPrimArray
 
 -- | One direction: receive on queue 0 of @rx@, send on queue 0 of @tx@.
 -- Run masked: it is interruptible only while blocked waiting for packets.
--- When both directions share a capability, a busy one yields after each
--- batch so that the other is not starved until the next context switch.
-forward :: IORef Bool -> Bool -> Int -> Device -> Device -> Counters -> IO ()
-forward stop shared batch rx tx counters = do
-  hybrid <- newHybrid defaultHybridConfig
+-- When both directions share a capability and the other one is busy too
+-- (polling), this one yields after each batch, so that neither is starved
+-- until the next context switch (20 ms, several rings' worth of packets).
+forward :: IORef Bool -> IO Bool -> Hybrid -> Int -> Device -> Device -> Counters -> IO ()
+forward stop otherBusy hybrid batch rx tx counters = do
   bufs <- newBufferArray batch
   let pool = rxPool rx 0
       loop = do
@@ -119,7 +123,8 @@ forward stop shared batch rx tx counters = do
           when (sent < k) $ freeBatch pool bufs sent (k - sent)
           bump 0 sent
           bump 1 (k - sent)
-          when shared yield
+          busy <- otherBusy
+          when busy yield
         s <- readIORef stop
         unless s loop
   loop
