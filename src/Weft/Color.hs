@@ -14,7 +14,8 @@
 -- for other Haskell threads, but the core's other events wait, except
 -- those a thief steals; under 'NoStealing' a handler that waits for an
 -- event of its own core waits forever. Do I/O with non-blocking calls and
--- continue with 'onReadable' or 'onWritable' when they would block. With
+-- continue with 'onReadable' or 'onWritable', or an 'FdWatch' (no syscall
+-- per wait), when they would block. With
 -- 'cfgLongHandlerNanos' set, every handler is timed and the ones that run
 -- longer are counted ('csLongHandlers').
 --
@@ -42,6 +43,11 @@ module Weft.Color
     -- * I/O
   , onReadable
   , onWritable
+  , FdWatch
+  , watchFd
+  , rearmRead
+  , rearmWrite
+  , unwatchFd
     -- * Statistics
   , CoreStats (..)
   , stats
@@ -69,6 +75,7 @@ import Weft.Color.Topology
 import Weft.Event (Lifetime (..), evtRead, evtWrite, eventIs, evtClose, registerFd,
                    getSystemManager)
 import qualified Weft.Event as E
+import qualified Weft.Event.Manager as M
 import Weft.Internal.Counters
 
 ------------------------------------------------------------------------------
@@ -570,6 +577,126 @@ onReady rt ev fd c h body = do
     fire _ e
       | e `eventIs` evtClose = return ()
       | otherwise = post rt c h body `catch` \RuntimeClosed -> return ()
+
+-- Note [Persistent watches]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~
+-- 'onReadable' arms the fd one-shot, which costs an @epoll_ctl@ per wait.
+-- An 'FdWatch' registers the fd once, edge-triggered (the manager's
+-- 'M.watchFdNotify'), and turns edges into posts with a small state
+-- machine per direction, held in one atomic word:
+--
+--   * Idle: nobody asked. An edge makes it Pending.
+--   * Armed: a handler asked ('rearmRead' after its read said @EAGAIN@).
+--     An edge makes it Idle and posts the body.
+--   * Pending: an edge came while Idle. 'rearmRead' makes it Idle and
+--     posts the body at once.
+--
+-- So the body is posted once per rearm and never for an edge nobody asked
+-- for, and no edge is lost: data that arrives after the handler's last
+-- read and before its rearm leaves the state Pending. Edge-triggered
+-- readiness reports every arrival, and a report carries whatever
+-- directions are ready, so without the Armed state a watched socket would
+-- post its write body on every incoming packet.
+--
+-- A rearm after a short read (fewer bytes than asked) is as safe as one
+-- after @EAGAIN@: whatever arrives after that read is a new edge. After a
+-- read that filled its buffer there may be data left that no edge will
+-- announce, so such a handler posts its next read itself.
+--
+-- With the poll backend, which has no edge-triggered readiness, a rearm
+-- registers the fd one-shot, as 'onReadable' does.
+
+-- | A persistent watch of an fd that posts colored events
+-- (Note [Persistent watches]).
+data FdWatch = FdWatch
+  { fwRuntime :: !Runtime
+  , fwFd      :: !Fd
+  , fwColor   :: !Color
+  , fwRead    :: !(Handler, IO ())
+  , fwWrite   :: !(Handler, IO ())
+  , fwStates  :: !Counters
+    -- ^ slot 0 the read direction, slot 1 the write direction
+  , fwEdge    :: !(Maybe M.Watch)
+    -- ^ 'Nothing' on a backend without edge-triggered readiness
+  }
+
+stIdle, stArmed, stPending :: Int
+stIdle = 0
+stArmed = 1
+stPending = 2
+
+-- | Watch an fd for the rest of its life with the calling capability's
+-- manager: @watchFd rt fd c (hr, onRead) (hw, onWrite)@. Nothing is
+-- posted until a rearm; then, once the fd is ready in that direction, the
+-- body is posted once as an event of color @c@ (possibly at once: a rearm
+-- does not know whether the fd became ready meanwhile, so the body must
+-- cope with a read that says @EAGAIN@). Call 'unwatchFd' before closing
+-- the fd. Throws an 'IOError' if the fd cannot be watched (closed, a
+-- regular file, or already watched by weft's socket layer).
+watchFd :: Runtime -> Fd -> Color -> (Handler, IO ()) -> (Handler, IO ()) -> IO FdWatch
+watchFd rt fd c onRead onWrite = do
+  states <- newCounters 2
+  mgr <- getSystemManager
+  let fw = FdWatch rt fd c onRead onWrite states Nothing
+  edge <- M.watchFdNotify mgr fd (\ev -> do
+            when (ev `eventIs` evtRead) (edgeCame fw 0)
+            when (ev `eventIs` evtWrite) (edgeCame fw 1))
+  return fw { fwEdge = edge }
+
+-- | The dispatcher saw an edge in one direction: Armed -> Idle (and
+-- post), Idle -> Pending, Pending stays. A lost exchange means the rearm
+-- moved the state meanwhile; the edge is then applied to the new state.
+edgeCame :: FdWatch -> Int -> IO ()
+edgeCame fw dir = go =<< readCounter (fwStates fw) dir
+  where
+    go st
+      | st == stArmed = step st stIdle (postBody fw dir)
+      | st == stIdle = step st stPending (return ())
+      | otherwise = return ()
+    step from to done = do
+      seen <- casCounter (fwStates fw) dir from to
+      if seen == from then done else go seen
+
+-- | Ask for the read body to be posted once the fd is readable: call it
+-- after a read said @EAGAIN@ or returned fewer bytes than asked
+-- (Note [Persistent watches]). Posts at once if an edge came meanwhile.
+-- Throws an 'IOError' if the fd cannot be watched any more (poll backend).
+rearmRead :: FdWatch -> IO ()
+rearmRead fw = rearm fw 0 evtRead
+
+-- | 'rearmRead' for the write body, after a write said @EAGAIN@.
+rearmWrite :: FdWatch -> IO ()
+rearmWrite fw = rearm fw 1 evtWrite
+
+rearm :: FdWatch -> Int -> E.Event -> IO ()
+rearm fw dir ev = case fwEdge fw of
+  Nothing -> do
+    let (h, body) = if dir == 0 then fwRead fw else fwWrite fw
+    onReady (fwRuntime fw) ev (fwFd fw) (fwColor fw) h body
+  -- Idle -> Armed, Pending -> Idle (and post), Armed stays; a lost
+  -- exchange means an edge moved the state meanwhile.
+  Just _ -> go =<< readCounter (fwStates fw) dir
+  where
+    go st
+      | st == stIdle = step st stArmed (return ())
+      | st == stPending = step st stIdle (postBody fw dir)
+      | otherwise = return ()
+    step from to done = do
+      seen <- casCounter (fwStates fw) dir from to
+      if seen == from then done else go seen
+
+postBody :: FdWatch -> Int -> IO ()
+postBody fw dir =
+  let (h, body) = if dir == 0 then fwRead fw else fwWrite fw
+  in post (fwRuntime fw) (fwColor fw) h body `catch` \RuntimeClosed -> return ()
+
+-- | End the watch: call it before closing the fd. A body already posted
+-- still runs, and one edge harvested just before may still post (the
+-- body of a closed connection must ignore it). With the poll backend,
+-- close the fd with 'Weft.closeFdWith' so that an armed one-shot posts
+-- nothing. Idempotent; never throws.
+unwatchFd :: FdWatch -> IO ()
+unwatchFd fw = forM_ (fwEdge fw) M.unwatchFd
 
 ------------------------------------------------------------------------------
 -- Statistics

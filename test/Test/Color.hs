@@ -786,9 +786,137 @@ scheduleSpec = it "random schedules on 1-8 cores under random policies keep the 
 withWatchedPipe :: ((Fd, Fd) -> IO a) -> IO a
 withWatchedPipe = bracket newPipe (\(r, w) -> Weft.closeFdWith closeFd r >> Weft.closeFdWith closeFd w)
 
+-- | Every system manager's statistics, summed by the selector.
+managerTotal :: (E.ManagerStats -> Int) -> IO Int
+managerTotal field = sum . map field <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+-- | Read a pipe until it says EAGAIN; the number of bytes read.
+drainPipe :: Fd -> IO Int
+drainPipe fd = go 0
+  where go !n = readByte fd >>= maybe (return n) (const (go (n + 1)))
+
+watchSpec :: E.BackendKind -> Config -> Spec
+watchSpec kind cfg = describe "FdWatch" $ do
+  it "posts once per rearm, 200 times, with no arm per wait on epoll" $ withWatchedPipe $ \(r, w) -> do
+    rt <- newRuntime cfg
+    got <- newChan
+    runs <- newCounters 1
+    fwRef <- newIORef (error "no watch yet")
+    let body = do
+          _ <- addCounter runs 0 1
+          n <- drainPipe r
+          writeChan got n
+          readIORef fwRef >>= rearmRead
+    -- Made on capability 0, so that its edges come from one manager.
+    (_, made) <- forkResult 0 (watchFd rt r 5 (handler "read", body) (handler "write", return ()))
+    fw <- within 5 "watchFd" (takeMVar made) >>= either throwIO return
+    writeIORef fwRef fw
+    watches0 <- managerTotal E.statWatches
+    arms0 <- managerTotal E.statArms
+    rearmRead fw
+    forM_ [1 .. 200 :: Int] $ \_ -> do
+      writeByte w
+      within 2 "a message" (readChan got) `shouldReturn` 1
+    arms1 <- managerTotal E.statArms
+    C.threadDelay 20000
+    -- One post per rearm: a run per byte, none spurious.
+    readCounter runs 0 `shouldReturn` 200
+    when (kind == E.EPollBackend) $ (arms1 - arms0) `shouldSatisfy` (< 10)
+    unwatchFd fw
+    unwatchFd fw
+    when (kind == E.EPollBackend) $ managerTotal E.statWatches `shouldReturn` (watches0 - 1)
+    finish rt
+
+  it "loses no edge to a writer racing the rearm (20,000 bytes in bursts)" $ withWatchedPipe $ \(r, w) -> do
+    rt <- newRuntime cfg
+    total <- newCounters 1
+    fwRef <- newIORef (error "no watch yet")
+    let body = do
+          n <- drainPipe r
+          _ <- addCounter total 0 n
+          readIORef fwRef >>= rearmRead
+    fw <- watchFd rt r 9 (handler "read", body) (handler "write", return ())
+    writeIORef fwRef fw
+    rearmRead fw
+    -- Bursts of 1-7 bytes from the other capability, with no pacing but a
+    -- yield: many land between a body's last read and its rearm.
+    (_, wrote) <- forkResult 1 $ forM_ [1 .. 5000 :: Int] $ \i -> do
+      replicateM_ (1 + i `mod` 7) (writeByte w)
+      when (i `mod` 3 == 0) yield
+    within 10 "the writer" (takeMVar wrote) >>= either throwIO return
+    let expected = sum [ 1 + i `mod` 7 | i <- [1 .. 5000 :: Int] ]
+    eventually ("all " ++ show expected ++ " bytes") ((== expected) <$> readCounter total 0)
+    unwatchFd fw
+    finish rt
+
+  it "loses no edge that lands between a body's last read and its rearm" $ withWatchedPipe $ \(r, w) -> do
+    rt <- newRuntime cfg
+    total <- newCounters 1
+    fwRef <- newIORef (error "no watch yet")
+    let body = do
+          n <- drainPipe r
+          _ <- addCounter total 0 n
+          -- The writer sees the count and writes the next byte while this
+          -- body still holds off its rearm: that byte's edge must not be
+          -- lost.
+          t0 <- getMonotonicTimeNSec
+          let spin = getMonotonicTimeNSec >>= \t -> when (t - t0 < 5000000) spin
+          spin
+          readIORef fwRef >>= rearmRead
+    -- The edges come from capability 0's manager, the body (color 9) runs
+    -- on core 1, so an edge can arrive while the body spins.
+    (_, made) <- forkResult 0 (watchFd rt r 9 (handler "read", body) (handler "write", return ()))
+    fw <- within 5 "watchFd" (takeMVar made) >>= either throwIO return
+    writeIORef fwRef fw
+    rearmRead fw
+    forM_ [1 .. 100 :: Int] $ \i -> do
+      writeByte w
+      eventually ("byte " ++ show i) ((== i) <$> readCounter total 0)
+    unwatchFd fw
+    finish rt
+
+  it "posts the write body only when asked, once" $ withWatchedPipe $ \(_, w) -> do
+    rt <- newRuntime cfg
+    runs <- newCounters 2
+    fw <- watchFd rt w 2 (handler "read", void (addCounter runs 0 1))
+                         (handler "write", void (addCounter runs 1 1))
+    -- Writable from the start, yet nobody asked.
+    C.threadDelay 30000
+    readCounter runs 1 `shouldReturn` 0
+    rearmWrite fw
+    eventually "the write body" ((== 1) <$> readCounter runs 1)
+    writeByte w
+    C.threadDelay 30000
+    mapM (readCounter runs) [0, 1] `shouldReturn` [0, 1]
+    unwatchFd fw
+    finish rt
+
+  it "posts nothing once unwatched and closed" $ do
+    (r, w) <- newPipe
+    rt <- newRuntime cfg
+    runs <- newCounters 1
+    fw <- watchFd rt r 2 (handler "never", void (addCounter runs 0 1)) (handler "write", return ())
+    rearmRead fw
+    unwatchFd fw
+    Weft.closeFdWith closeFd r
+    writeByte w `catch` \(_ :: SomeException) -> return ()
+    C.threadDelay 30000
+    closeFd w
+    readCounter runs 0 `shouldReturn` 0
+    finish rt
+
+  it "throws an IOError for a closed fd" $ do
+    rt <- newRuntime cfg
+    (r, w) <- newPipe
+    closeFd r >> closeFd w
+    let make = watchFd rt r 2 (handler "bad", return ()) (handler "bad", return ()) >>= rearmRead
+    make `shouldThrow` anyIOException
+    finish rt
+
 ioSpec :: E.BackendKind -> Spec
-ioSpec _ = describe "Weft.Color onReadable and onWritable" $ do
+ioSpec kind = describe "Weft.Color onReadable and onWritable" $ do
   let cfg = config RealCores Mely
+  watchSpec kind cfg
 
   it "post the event once, with the watched color, when data arrives" $ withWatchedPipe $ \(r, w) -> do
     rt <- newRuntime cfg

@@ -20,11 +20,7 @@ import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import System.Directory
 import System.FilePath ((</>))
-import System.Mem (performMajorGC)
 import System.Posix.Files (createSymbolicLink)
-import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
-import System.Posix.Resource
-import System.Posix.Types (Fd (..))
 import Test.Hspec
 
 import Support

@@ -18,6 +18,7 @@ import Test.Hspec
 import Support
 import Weft
 import qualified Weft.Event as E
+import qualified Weft.Event.Manager as M
 
 spec :: E.BackendKind -> Spec
 spec kind = do
@@ -166,6 +167,32 @@ spec kind = do
       (_, res) <- forkResult 0 (threadWaitRead r)
       writeByte w
       within 5 "wait after a throwing callback" (takeMVar res) >>= either throwIO return
+
+    it "an edge-triggered notify watch gets edges, survives a throwing callback, and ends" $ withPipe $ \(r, w) -> do
+      mgr <- E.getSystemManager
+      edges <- newIORef (0 :: Int)
+      let notify _ = do
+            n <- atomicModifyIORef' edges (\k -> (k + 1, k + 1))
+            when (n == 1) $ throwIO (userError "notify failure (expected by this test)")
+      found <- M.watchFdNotify mgr r notify
+      case (kind, found) of
+        (E.PollBackend, Nothing) -> return ()
+        (E.PollBackend, Just _) -> expectationFailure "poll has no edge-triggered watches"
+        (_, Nothing) -> expectationFailure "epoll refused an edge-triggered watch"
+        (_, Just watch) -> do
+          errors0 <- E.statCallbackErrors <$> E.getManagerStats mgr
+          writeByte w
+          eventually "the first edge" ((== 1) <$> readIORef edges)
+          eventually "its error counted" ((> errors0) . E.statCallbackErrors <$> E.getManagerStats mgr)
+          -- Edge-triggered: unread data makes no more reports, new data does.
+          threadDelayGHC 20000
+          readIORef edges `shouldReturn` 1
+          writeByte w
+          eventually "the second edge" ((== 2) <$> readIORef edges)
+          M.unwatchFd watch
+          writeByte w
+          threadDelayGHC 20000
+          readIORef edges `shouldReturn` 2
 
     it "registerFd and threadWaitRead share an fd" $ withPipe $ \(r, w) -> do
       base <- liveRegistrations

@@ -7,7 +7,9 @@
 -- command runs as an event of its key's color ("Kv.Store"). Nothing in
 -- the server takes a lock: every piece of mutable state belongs to one
 -- color. Handlers never block: sockets are non-blocking, and a read or
--- write that would block continues from 'onReadable' or 'onWritable'.
+-- write that would block continues when the connection's 'FdWatch' posts
+-- it (an edge-triggered watch registered once, so a wait costs no
+-- @epoll_ctl@).
 module Kv.Server
   ( ServerConfig (..)
   , defaultServerConfig
@@ -27,7 +29,7 @@ import Network.Socket (SockAddr)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
-import Weft.Color (Handler, Runtime, RuntimeClosed (..), handler, onReadable, onWritable, post)
+import Weft.Color (FdWatch, Handler, Runtime, RuntimeClosed (..), handler, post, rearmRead, rearmWrite)
 import qualified Weft.Color as Color
 import qualified Weft.Net as Net
 import qualified Weft.Net.Socket as Socket
@@ -68,7 +70,7 @@ runServer cfg addr = do
   where
     closeRemaining live = do
       conns <- atomicModifyIORef' live (\m -> (IntMap.empty, IntMap.elems m))
-      mapM_ (closeSocket . connSocket) conns
+      forM_ conns $ \c -> Color.unwatchFd (connWatch c) >> closeSocket (connSocket c)
 
 ------------------------------------------------------------------------------
 -- State
@@ -87,6 +89,7 @@ data Env = Env
 -- 'connColor' (the acceptor creates it before the first such event).
 data Conn = Conn
   { connSocket  :: !Net.Socket
+  , connWatch   :: !FdWatch
   , connColor   :: !Int
   , connDecoder :: !(IORef Decoder)
   , connSeq     :: !(IORef Int)
@@ -102,9 +105,12 @@ data Conn = Conn
     -- ^ Their bytes.
   , connPhase   :: !(IORef Phase)
   , connReading :: !(IORef Bool)
-    -- ^ A readable watch is armed.
+    -- ^ A read is coming: the watch is rearmed for it, or it is posted.
+  , connDrained :: !(IORef Bool)
+    -- ^ The last read got less than it asked for (or @EAGAIN@), so the
+    -- next data will announce itself with an edge.
   , connWriting :: !(IORef Bool)
-    -- ^ A writable watch is armed (the socket's buffer was full).
+    -- ^ The watch is rearmed for writing (the socket's buffer was full).
   }
 
 -- | A reply waiting for its turn.
@@ -212,11 +218,21 @@ adopt :: Env -> (Net.Socket, SockAddr) -> IO ()
 adopt env (sock, _) = do
   Net.setNoDelay sock True `catch` \(_ :: IOException) -> return ()
   let Fd fd = Net.socketFd sock
-  c <- Conn sock (fdColor fd) <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
-         <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef Open
-         <*> newIORef False <*> newIORef False
-  atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
-  post (envRuntime env) (connColor c) hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
+      color = fdColor fd
+  -- The watch's bodies need the connection, which needs the watch.
+  rec <- newIORef (error "weft-kv: a watch fired before its connection existed")
+  let onRead = readIORef rec >>= readable env
+      onWrite = readIORef rec >>= writable env
+  w <- try (Color.watchFd (envRuntime env) (Fd fd) color (hRead, onRead) (hWrite, onWrite))
+  case w of
+    Left (_ :: IOException) -> closeSocket sock
+    Right fw -> do
+      c <- Conn sock fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
+             <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef Open
+             <*> newIORef True <*> newIORef False <*> newIORef False
+      writeIORef rec c
+      atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
+      post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
 
 -- | A connection's color: its fd, spread over the color space (an odd
 -- multiplier, so consecutive fds alternate home cores).
@@ -227,6 +243,7 @@ fdColor fd = (fromIntegral fd * 40503) .&. 0xffff
 readable :: Env -> Conn -> IO ()
 readable env c = do
   writeIORef (connReading c) False
+  writeIORef (connDrained c) False
   phase <- readIORef (connPhase c)
   case phase of
     Open -> readChunks chunksPerEvent
@@ -249,8 +266,11 @@ readable env c = do
               finish True
             Right dec' -> do
               writeIORef (connDecoder c) dec'
-              if B.length bs == chunkSize && k > 1 then readChunks (k - 1) else settle env c
-        Again -> settle env c
+              let full = B.length bs == chunkSize
+              if full && k > 1 then readChunks (k - 1) else do
+                unless full (writeIORef (connDrained c) True)
+                settle env c
+        Again -> writeIORef (connDrained c) True >> settle env c
         Ended -> finish False
         Broken -> closeConn env c
     finish linger = do
@@ -262,7 +282,8 @@ readable env c = do
         Got bs | n + B.length bs < lingerBytes -> discard (n + B.length bs)
         Again -> do
           writeIORef (connPhase c) (Lingering n)
-          armRead env c
+          writeIORef (connReading c) True
+          rearmRead (connWatch c)
         _ -> closeConn env c
 
 -- | A command's work on one color: its sequence number, then the key and
@@ -411,26 +432,35 @@ flush env c = do
       modifyIORef' (connOutSize c) (subtract sent)
       unless (null rest) $ do
         writeIORef (connWriting c) True
-        watch env c (onWritable (envRuntime env) (Net.socketFd (connSocket c)) (connColor c) hWrite (writable env c))
+        watch env c (rearmWrite (connWatch c))
 
 -- | The socket takes output again.
 writable :: Env -> Conn -> IO ()
 writable env c = do
+  writing <- readIORef (connWriting c)
   writeIORef (connWriting c) False
   phase <- readIORef (connPhase c)
   case phase of
     Closed -> return ()
+    _ | not writing -> return ()
     _ -> do
       size <- readIORef (connOutSize c)
       when (size > 0) (flush env c)
       settle env c
 
+-- | Read again: wait for an edge if the last read drained the socket,
+-- else read at once, as no edge will announce the data left (Note
+-- [Persistent watches] in "Weft.Color").
 armRead :: Env -> Conn -> IO ()
 armRead env c = do
   writeIORef (connReading c) True
-  watch env c (onReadable (envRuntime env) (Net.socketFd (connSocket c)) (connColor c) hRead (readable env c))
+  drained <- readIORef (connDrained c)
+  if drained
+    then watch env c (rearmRead (connWatch c))
+    else post (envRuntime env) (connColor c) hRead (readable env c)
+           `catch` \RuntimeClosed -> closeConn env c
 
--- | Arm a watch; an fd that cannot be watched any more is closed.
+-- | Rearm the watch; an fd that cannot be watched any more is closed.
 watch :: Env -> Conn -> IO () -> IO ()
 watch env c arm = arm `catch` \(_ :: IOException) -> closeConn env c
 
@@ -445,7 +475,8 @@ startLinger env c = do
   let rt = envRuntime env
   _ <- registerTimeout mgr lingerMicros $
     post rt (connColor c) hClose (closeConn env c) `catch` \RuntimeClosed -> return ()
-  armRead env c
+  reading <- readIORef (connReading c)
+  unless reading (armRead env c)
 
 -- | Close the connection (idempotent). Closing through weft's managers
 -- drops any armed watch, so no event of it is posted any more; events
@@ -461,6 +492,7 @@ closeConn env c = do
       writeIORef (connEarly c) IntMap.empty
       let Fd fd = Net.socketFd (connSocket c)
       atomicModifyIORef' (envLive env) (\m -> (IntMap.delete (fromIntegral fd) m, ()))
+      Color.unwatchFd (connWatch c)
       closeSocket (connSocket c)
 
 ------------------------------------------------------------------------------

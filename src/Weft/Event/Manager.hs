@@ -80,6 +80,7 @@ module Weft.Event.Manager
   , Watch
   , watchedFd
   , watchFd
+  , watchFdNotify
   , awaitReadable
   , awaitWritable
   , unwatchFd
@@ -406,9 +407,11 @@ onEvent mgr fd tag ev
           current <- readIORef ref
           case current of
             -- Note [Edge-triggered watches]: a tag of an ended watch is stale.
-            Just w | watchTag w == tag -> do
-              when (ev `eventIs` evtRead) $ void (tryPutMVar (watchReadable w) ())
-              when (ev `eventIs` evtWrite) $ void (tryPutMVar (watchWritable w) ())
+            Just w | watchTag w == tag -> case watchNotify w of
+              Nothing -> do
+                when (ev `eventIs` evtRead) $ void (tryPutMVar (watchReadable w) ())
+                when (ev `eventIs` evtWrite) $ void (tryPutMVar (watchWritable w) ())
+              Just notify -> runCallbacks mgr [notify ev]
             _ -> return ()
   | otherwise = do
   found <- FT.lookup (mgrTable mgr) (fdInt fd)
@@ -707,6 +710,9 @@ data Watch = Watch
   , watchReadable :: !(MVar ())
   , watchWritable :: !(MVar ())
   , watchManager  :: !Manager
+  , watchNotify   :: !(Maybe (Event -> IO ()))
+    -- ^ Called by the dispatcher with each report instead of putting the
+    -- tokens ('watchFdNotify').
   }
 
 isWatchTag :: Word32 -> Bool
@@ -722,14 +728,30 @@ isWatchTag t = t >= 0x80000000
 -- 'registerFd' on the same manager, and must be unwatched with 'unwatchFd'
 -- before it is closed.
 watchFd :: Manager -> Fd -> IO (Maybe Watch)
-watchFd mgr fd = case backendWatch (mgrBackend mgr) of
+watchFd mgr fd = newWatch mgr fd Nothing
+
+-- | Like 'watchFd', but each report goes to the callback, on the
+-- dispatcher's thread, instead of to the tokens: 'awaitReadable' and
+-- 'awaitWritable' are not for such a watch. The callback gets every edge
+-- (a report may carry both directions, and a direction that was already
+-- ready), must not block, and is guarded: an exception it throws is
+-- reported and counted, and the dispatcher carries on. A report the
+-- dispatcher harvested before 'unwatchFd' may still reach the callback
+-- just after it returns, so what the callback acts on must tolerate a late
+-- call (a closed connection ignoring it); a later watch of the same fd
+-- number never gets the old watch's reports (its tag differs).
+watchFdNotify :: Manager -> Fd -> (Event -> IO ()) -> IO (Maybe Watch)
+watchFdNotify mgr fd notify = newWatch mgr fd (Just notify)
+
+newWatch :: Manager -> Fd -> Maybe (Event -> IO ()) -> IO (Maybe Watch)
+newWatch mgr fd notify = case backendWatch (mgrBackend mgr) of
   Nothing -> return Nothing
   Just add -> mask_ $ do
     ref <- FT.lookupOrCreate (mgrWatches mgr) (fdInt fd)
     n <- addCounter (mgrCounters mgr) cWatchTags 1
     -- Top bit set; 0xffffffff stays free for the epoll wakeup fd.
     let tag = 0x80000000 .|. (fromIntegral n .&. 0x7ffffffe)
-    w <- Watch tag fd <$> newEmptyMVar <*> newEmptyMVar <*> pure mgr
+    w <- Watch tag fd <$> newEmptyMVar <*> newEmptyMVar <*> pure mgr <*> pure notify
     -- Published before the add, so the first report finds it.
     atomicWriteIORef ref (Just w)
     failed <- add fd tag
