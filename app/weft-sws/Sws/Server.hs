@@ -6,9 +6,10 @@
 --
 -- = Handlers and colors
 --
--- * __Epoll__ is weft's I/O managers: 'onReadable' and 'onWritable' post an
---   event once a socket is ready; every handler that meets @EAGAIN@ re-arms
---   one and returns.
+-- * __Epoll__ is weft's I/O managers: every socket has an 'FdWatch',
+--   registered once, edge-triggered; a handler that meets @EAGAIN@
+--   rearms it and returns, and the watch posts the handler again once the
+--   socket is ready (no syscall per wait).
 -- * __Accept__ (color 'acceptColor') accepts up to 'cfgAcceptBatch' pending
 --   connections, refuses those over 'cfgMaxClients', and re-arms on the
 --   listener (or posts itself again if the batch ran out first).
@@ -70,7 +71,7 @@ import qualified Data.IntMap.Strict as IntMap
 import Foreign.C.Error
 import GHC.IO.Exception (IOException (..))
 import Network.Socket (SockAddr)
-import System.IO (hPutStrLn, stderr)
+import System.IO (fixIO, hPutStrLn, stderr)
 import System.Posix.Types (Fd (..))
 
 import Example.Http
@@ -178,6 +179,7 @@ data Server = Server
   , srvConfig   :: !ServerConfig
   , srvCache    :: !Cache
   , srvListener :: !W.Socket
+  , srvListenWatch :: !FdWatch
   , srvAddress  :: !SockAddr
   , srvClients  :: !(IORef Int)
     -- ^ Open connections; only Accept and DecClientAccepted change it.
@@ -195,6 +197,14 @@ data Conn = Conn
   { connSocket  :: !W.Socket
   , connFd      :: !Fd
   , connColor   :: !Color
+  , connWatch   :: !FdWatch
+    -- ^ Posts 'readReady' and 'writeResponse' (Note [Persistent watches]
+    -- in "Weft.Color").
+  , connDrained :: !(IORef Bool)
+    -- ^ The last receive got less than it asked for, so new bytes will
+    -- come with an edge; after a full one, read again before waiting.
+  , connLinger  :: !(IORef Int)
+    -- ^ Bytes discarded while closing gracefully; -1 while not closing.
   , connInput   :: !(IORef B.ByteString)
     -- ^ Received bytes not yet parsed (Note [Bounded buffering]).
   , connSkip    :: !(IORef Int)
@@ -234,8 +244,11 @@ startServer cfg cache addr = do
   (`onException` W.close listener) $ do
     bound <- W.localAddress listener
     rt <- newRuntime (cfgRuntime cfg)
-    srv <- Server rt cfg cache listener bound <$> newIORef 0 <*> newIORef 0
-             <*> newIORef IntMap.empty <*> newIORef False <*> newIORef 0
+    srv <- fixIO $ \srv -> do
+      lw <- watchFd rt (W.socketFd listener) acceptColor
+              (hAccept, acceptConnections srv) (hAccept, return ())
+      Server rt cfg cache listener lw bound <$> newIORef 0 <*> newIORef 0
+        <*> newIORef IntMap.empty <*> newIORef False <*> newIORef 0
     post rt acceptColor hAccept (acceptConnections srv)
     return srv
 
@@ -247,6 +260,7 @@ stopServer srv = do
   let rt = srvRuntime srv
   post rt acceptColor hStop $ do
     writeIORef (srvStopping srv) True
+    unwatchFd (srvListenWatch srv)
     closeSocket (srvListener srv)
     open <- readIORef (srvOpen srv)
     forM_ (IntMap.elems open) $ \c -> post rt (connColor c) hClose (closeConn srv c Abort)
@@ -257,12 +271,12 @@ stopServer srv = do
   wait 1000
   shutdown rt
 
--- | Close a socket, ending whatever 'onReadable' or 'onWritable' watches
--- are armed on its fd first (with 'Weft.closeFdWith'; they then post
--- nothing), so that none is left in a manager's table for a later socket
--- given the same fd number. 'W.close' alone does not do this for a socket
--- that never waited through "Weft.Net" itself, which is every socket here.
--- The socket refuses syscalls from then on. Never throws.
+-- | Close a socket (its 'FdWatch' ended first) with 'Weft.closeFdWith', so
+-- that a one-shot arm of the poll backend is dropped too and nothing is
+-- left in a manager's table for a later socket given the same fd number.
+-- 'W.close' alone does not do this for a socket that never waited through
+-- "Weft.Net" itself, which is every socket here. The socket refuses
+-- syscalls from then on. Never throws.
 closeSocket :: W.Socket -> IO ()
 closeSocket s = do
   fd <- S.detach s
@@ -286,7 +300,7 @@ acceptConnections srv = do
       case r of
         Right Nothing -> do
           resumed
-          onReadable rt (W.socketFd listener) acceptColor hAccept (acceptConnections srv)
+          rearmRead (srvListenWatch srv)
         Right (Just (s, _)) -> resumed >> admit s >> go (k - 1)
         Left e
           -- The connection failed before it was accepted; Linux also
@@ -325,13 +339,16 @@ acceptConnections srv = do
           _ <- try (W.trySendMany s (render CloseAfter serviceUnavailable)) :: IO (Either IOException (Maybe Int))
           closeSocket s
         else do
-          writeIORef (srvClients srv) (n + 1)
-          c <- newConn s
-          modifyIORef' (srvOpen srv) (IntMap.insert (fdInt (connFd c)) c)
-          setUp c `catch` \(_ :: IOException) -> return ()
-          -- The request often arrives with the connection: try to read
-          -- it at once rather than wait for readiness first.
-          post rt (connColor c) hRead (readRequest srv c)
+          made <- try (newConn srv s)
+          case made of
+            Left (_ :: IOException) -> closeSocket s
+            Right c -> do
+              writeIORef (srvClients srv) (n + 1)
+              modifyIORef' (srvOpen srv) (IntMap.insert (fdInt (connFd c)) c)
+              setUp c `catch` \(_ :: IOException) -> return ()
+              -- The request often arrives with the connection: try to
+              -- read it at once rather than wait for readiness first.
+              post rt (connColor c) hRead (readRequest srv c)
     skippable = [ eCONNABORTED, ePROTO, ePERM, eNETDOWN, eNOPROTOOPT, eHOSTDOWN, eNONET
                 , eHOSTUNREACH, eOPNOTSUPP, eNETUNREACH ]
     setUp c = do
@@ -339,10 +356,21 @@ acceptConnections srv = do
       when (cfgIdleTimeout (srvConfig srv) > 0) $
         W.setIdleTimeout (connSocket c) (cfgIdleTimeout (srvConfig srv))
 
-newConn :: W.Socket -> IO Conn
-newConn s = Conn s fd (fdInt fd) <$> newIORef B.empty <*> newIORef 0 <*> newIORef []
-                  <*> newIORef False <*> newIORef False
+-- | A connection and its watch; throws an 'IOError' if the socket cannot
+-- be watched.
+newConn :: Server -> W.Socket -> IO Conn
+newConn srv s = fixIO $ \c -> do
+  w <- watchFd (srvRuntime srv) fd (fdInt fd) (hRead, readReady srv c) (hWrite, writeResponse srv c)
+  Conn s fd (fdInt fd) w <$> newIORef False <*> newIORef (-1) <*> newIORef B.empty <*> newIORef 0
+    <*> newIORef [] <*> newIORef False <*> newIORef False
   where fd = W.socketFd s
+
+-- | The watch says the socket is readable: read the next request, or go
+-- on discarding input while closing.
+readReady :: Server -> Conn -> IO ()
+readReady srv c = do
+  lingering <- readIORef (connLinger c)
+  if lingering >= 0 then drain srv c lingering else readRequest srv c
 
 -- | DecClientAccepted: a connection is gone.
 decClients :: Server -> Conn -> IO ()
@@ -377,6 +405,7 @@ next srv c h body = post (srvRuntime srv) (connColor c) h (body srv c)
 readRequest :: Server -> Conn -> IO ()
 readRequest srv c = step srv c $ do
   r <- W.tryRecv (connSocket c) readSize
+  writeIORef (connDrained c) (maybe True ((< readSize) . B.length) r)
   case r of
     Nothing -> awaitReadable srv c
     Just chunk
@@ -395,12 +424,13 @@ readRequest srv c = step srv c $ do
               modifyIORef' (connInput c) (<> B.drop skip chunk)
               next srv c hParse parseRequestEvent
 
--- | Wait until the connection is readable, then ReadRequest. The watch is
--- a level-triggered one-shot (weft's @registerFd@), so bytes that arrived
--- before it was armed make it fire at once: nothing is missed by arming
--- without reading first.
+-- | Wait until the connection is readable, then ReadRequest. After a
+-- receive that filled its buffer, bytes may be waiting that no edge will
+-- announce, so that case reads again at once instead.
 awaitReadable :: Server -> Conn -> IO ()
-awaitReadable srv c = onReadable (srvRuntime srv) (connFd c) (connColor c) hRead (readRequest srv c)
+awaitReadable srv c = do
+  drained <- readIORef (connDrained c)
+  if drained then rearmRead (connWatch c) else next srv c hRead readRequest
 
 -- | Bytes asked of each receive.
 readSize :: Int
@@ -474,7 +504,7 @@ writeResponse srv c = step srv c $ do
           -- nothing: wait for readiness straight away.
           else awaitReadable srv c
   where
-    awaitWritable = onWritable (srvRuntime srv) (connFd c) (connColor c) hWrite (writeResponse srv c)
+    awaitWritable = rearmWrite (connWatch c)
 
 dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
 dropBytes _ [] = []
@@ -520,6 +550,7 @@ closeConn srv c how = do
       writeIORef (connClosed c) True
       writeIORef (connOutput c) []
       writeIORef (connInput c) B.empty
+      unwatchFd (connWatch c)
       closeSocket (connSocket c)
       post (srvRuntime srv) acceptColor hDec (decClients srv c)
 
@@ -528,9 +559,11 @@ drain :: Server -> Conn -> Int -> IO ()
 drain srv c total = do
   closed <- readIORef (connClosed c)
   unless closed $ do
+    -- From now on the watch's read body drains instead of reading requests.
+    writeIORef (connLinger c) total
     r <- try (W.tryRecv (connSocket c) readSize)
     case r of
-      Right Nothing -> onReadable (srvRuntime srv) (connFd c) (connColor c) hClose (drain srv c total)
+      Right Nothing -> rearmRead (connWatch c)
       Right (Just chunk)
         | not (B.null chunk) && total + B.length chunk < lingerBytes ->
             post (srvRuntime srv) (connColor c) hClose (drain srv c (total + B.length chunk))
