@@ -9,6 +9,7 @@ import System.IO
 import Test.Hspec
 
 import qualified Test.AfPacket
+import qualified Test.Ixgbe
 import qualified Test.Color
 import qualified Test.ColorQueues
 import qualified Test.FdTable
@@ -42,6 +43,7 @@ main = do
     Test.Color.spec
     Test.Packet.spec
     Test.AfPacket.spec
+    Test.Ixgbe.spec
     Test.PacketApps.spec
     forM_ [minBound .. maxBound] $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $

@@ -75,8 +75,8 @@ main = do
         let dt = fromIntegral (t - prevT) / 1e9 :: Double
             mpps n p = fromIntegral (n - p) / dt / 1e6 :: Double
         unless s $ do
-          printf "%s->%s %.3f Mpps  %s->%s %.3f Mpps\n" name1 name2 (mpps n12 prev12)
-                 name2 name1 (mpps n21 prev21)
+          progress (printf "%s->%s %.3f Mpps  %s->%s %.3f Mpps" name1 name2 (mpps n12 prev12)
+                           name2 name1 (mpps n21 prev21))
           report n12 n21 t
   report 0 0 start
   -- A busy direction sees the flag; an idle one is blocked in its wait,

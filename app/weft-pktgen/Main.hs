@@ -71,7 +71,7 @@ main = do
             threadDelay 1000000
             n <- readIORef sent
             t <- getMonotonicTimeNSec
-            printf "tx %.3f Mpps\n" (fromIntegral (n - prev) / (fromIntegral (t - prevT) / 1e3) :: Double)
+            progress (printf "tx %.3f Mpps" (fromIntegral (n - prev) / (fromIntegral (t - prevT) / 1e3) :: Double))
             report n t
   report 0 start
   end <- getMonotonicTimeNSec

@@ -44,7 +44,6 @@ import System.Process
 import Text.Printf (printf)
 
 import Bench.Net (binDir, resultsDir)
--- TEMP
 import Bench.Report
 
 data Options = Options
@@ -78,16 +77,26 @@ packetMain args = case parseOptions args of
   Left msg -> hPutStrLn stderr msg >> exitFailure
   Right opts -> do
     model <- if "model" `elem` optOnly opts
-      then pure "" -- TEMP
+      then modelPart opts
       else pure ""
     veth <- if any (`elem` optOnly opts) ["veth", "peers", "loss"]
       then vethPart opts
       else pure ""
     pure (veth ++ model)
 
--- | Runs a child of the model benchmark (see "Bench.PacketModel").
+-- | A child of the model benchmark: the model forwarding loop in Haskell
+-- (@--batch B --seconds S@), printing its summary line.
 packetModelChild :: [String] -> IO ()
-packetModelChild _ = pure () -- TEMP
+packetModelChild args = case childOptions args (32, 2) of
+  Nothing -> hPutStrLn stderr "weft-bench packet-model-child: expected --batch B (1-256) --seconds S" >> exitFailure
+  Just (batch, secs) -> do
+    (forwarded, elapsed) <- (undefined :: Int -> Double -> IO (Int, Double)) batch secs
+    printf "summary forwarded=%d seconds=%.3f\n" forwarded elapsed
+ where
+  childOptions [] acc = Just acc
+  childOptions ("--batch" : n : rest) (_, t) | [(k, "")] <- reads n, k >= 1, k <= 256 = childOptions rest (k, t)
+  childOptions ("--seconds" : n : rest) (b, _) | [(k, "")] <- reads n, k > 0 = childOptions rest (b, k)
+  childOptions _ _ = Nothing
 
 ------------------------------------------------------------------------------
 -- The veth topology
@@ -198,7 +207,11 @@ startGenerator :: [String] -> IO ProcessHandle
 startGenerator extra = do
   exe <- bin "weft-pktgen"
   let (cmd, args) = inNs "gen" 1 exe ("afpacket:gen0" : extra ++ ["+RTS", "-N1", "-RTS"])
-  (_, _, _, ph) <- createProcess (proc cmd args) { std_out = NoStream, std_err = Inherit }
+  -- /dev/null, never a closed fd: the child's next file would take the
+  -- number, and its prints would land there.
+  devNull <- openFile "/dev/null" WriteMode
+  (_, _, _, ph) <- createProcess (proc cmd args) { std_out = UseHandle devNull, std_err = Inherit }
+  hClose devNull
   pure ph
 
 stopProcess :: ProcessHandle -> IO ()
@@ -254,10 +267,12 @@ summary out = case [ l | l <- lines out, "summary " `isPrefixOf` l ] of
                                          , [(v, "")] <- [reads s] ])
   [] -> Nothing
 
--- | GHC's @-t --machine-readable@ statistics: @ ("name", "value")@ lines.
+-- | GHC's @-t --machine-readable@ statistics: lines @ [("name", "value")@,
+-- then @ ,("name", "value")@.
 rtsStats :: String -> Map.Map String Double
 rtsStats err = Map.fromList
-  [ (k, v) | l <- lines err, [(pair, _)] <- [reads l :: [((String, String), String)]]
+  [ (k, v) | l <- lines err
+           , [(pair, _)] <- [reads (dropWhile (`elem` " [,") l) :: [((String, String), String)]]
            , let (k, s) = pair, [(v, "")] <- [reads s] ]
 
 sweep :: Options -> IO (String, Map.Map (Arm, Int) [Run])
@@ -342,7 +357,9 @@ lossCheck opts swept = do
                                             , "--seconds", "60", "+RTS", "-N1", "-RTS"]
     (_, Just cout, _, cph) <- createProcess (proc ccmd cargs) { std_out = CreatePipe }
     (fcmd, fargs) <- forwarderCommand arm 32 120
-    (_, _, _, fph) <- createProcess (proc fcmd fargs) { std_out = NoStream, std_err = NoStream }
+    devNull <- openFile "/dev/null" WriteMode
+    (_, _, _, fph) <- createProcess (proc fcmd fargs) { std_out = UseHandle devNull, std_err = UseHandle devNull }
+    hClose devNull
     threadDelay 500000
     genExe <- bin "weft-pktgen"
     let (gcmd, gargs) = inNs "gen" 1 genExe ["afpacket:gen0", "--rate", show (round rate :: Int)
@@ -368,3 +385,84 @@ lossCheck opts swept = do
   putStr table
   pure ("Zero loss below saturation (weft-pktgen → forwarder at batch 32 → weft-pktcheck):\n\n"
         ++ table ++ "\n")
+
+------------------------------------------------------------------------------
+-- The driver loop on the device model
+
+-- | The arms of the model benchmark.
+data ModelArm = HaskellLoop | CLoop
+  deriving (Eq, Ord, Show)
+
+modelArmName :: ModelArm -> String
+modelArmName HaskellLoop = "Haskell"
+modelArmName CLoop = "C"
+
+-- | One run of the model forwarding loop, pinned to core 0: Mpps, and for
+-- the Haskell arm the GC share (percent) and bytes allocated per packet.
+modelRun :: Double -> ModelArm -> Int -> IO (Either String (Double, Maybe Double, Maybe Double))
+modelRun secs arm batch = do
+  (exe, extra) <- case arm of
+    HaskellLoop -> do
+      e <- bin "weft-bench"
+      pure (e, ["packet-model-child"])
+    CLoop -> do
+      e <- bin "weft-ixgbe-loop"
+      pure (e, [])
+  let rts = if arm == HaskellLoop then ["+RTS", "-N1", "-t", "--machine-readable", "-RTS"] else []
+      args = ["-c", "0", exe] ++ extra ++ ["--batch", show batch, "--seconds", show secs] ++ rts
+  (code, out, err) <- readProcessWithExitCode "taskset" args ""
+  pure $ case (code, summary out) of
+    (ExitFailure c, _) -> Left (modelArmName arm ++ " exited with " ++ show c ++ ": " ++ take 400 err)
+    (_, Nothing) -> Left (modelArmName arm ++ " printed no summary: " ++ take 400 out)
+    (_, Just kv) ->
+      let fwd = fromMaybe 0 (Map.lookup "forwarded" kv)
+          s = fromMaybe secs (Map.lookup "seconds" kv)
+          st = rtsStats err
+          gc = do
+            g <- Map.lookup "GC_cpu_seconds" st
+            m <- Map.lookup "mutator_cpu_seconds" st
+            pure (100 * g / max 1e-9 (g + m))
+          alloc = (/ max 1 fwd) <$> Map.lookup "bytes allocated" st
+      in Right (fwd / s / 1e6, if arm == HaskellLoop then gc else Nothing
+               , if arm == HaskellLoop then alloc else Nothing)
+
+modelPart :: Options -> IO String
+modelPart opts = do
+  printf "weft-bench packet: the ixgbe driver loop on the 82599 model, Haskell against its C port, core 0; %d rep(s) of %.1f s\n"
+         (optReps opts) (optDuration opts)
+  results <- fmap concat $ forM [1 .. optReps opts] $ \rep ->
+    fmap concat $ forM (optBatches opts) $ \batch ->
+      forM [HaskellLoop, CLoop] $ \arm -> do
+        r <- modelRun (optDuration opts) arm batch
+        case r of
+          Left e -> printf "  rep %d batch %d %s: FAILED: %s\n" rep batch (modelArmName arm) e >> pure Nothing
+          Right run@(mpps, gc, _) -> do
+            printf "  rep %d batch %3d %-7s %.3f Mpps, %.1f ns/packet%s\n" rep batch (modelArmName arm)
+                   mpps (1e3 / max 1e-9 mpps) (maybe "" (printf ", GC %.2f%%") gc :: String)
+            pure (Just ((arm, batch), run))
+  let byCell = Map.fromListWith (++) [ (k, [v]) | Just (k, v) <- results ]
+      mppsOf arm b = median . map (\(m, _, _) -> m) <$> Map.lookup (arm, b) byCell
+      gcOf b = Map.lookup (HaskellLoop, b) byCell >>= fmap median . mapM (\(_, g, _) -> g)
+      allocOf b = Map.lookup (HaskellLoop, b) byCell >>= fmap median . mapM (\(_, _, a) -> a)
+      fmt = maybe "-" (printf "%.3f")
+      fmt1 = maybe "-" (printf "%.1f")
+      fmt2 = maybe "-" (printf "%.2f")
+      perPacketNs = fmap (\m -> 1e3 / max 1e-9 m)
+      ratio b = (/) <$> mppsOf HaskellLoop b <*> (max 1e-9 <$> mppsOf CLoop b)
+      rows = [ [ show b, fmt (mppsOf HaskellLoop b), fmt (mppsOf CLoop b), fmt2 (ratio b)
+               , fmt1 (perPacketNs (mppsOf HaskellLoop b)), fmt1 (perPacketNs (mppsOf CLoop b))
+               , fmt2 (gcOf b), fmt1 (allocOf b) ]
+             | b <- optBatches opts ]
+      header = [ "batch", "Haskell Mpps", "C Mpps", "Haskell÷C", "Haskell ns/pkt", "C ns/pkt"
+               , "Haskell GC %", "Haskell B/pkt" ]
+      table = renderTable header rows
+      targets = [ printf "%s batch %d: Haskell÷C %.2f (target ≥ 0.37), GC %s (target < 2%%)\n"
+                    (if r >= 0.37 && maybe False (< 2) (gcOf b) then "PASS" else "MISS" :: String)
+                    b r (maybe "-" (printf "%.2f%%") (gcOf b) :: String)
+                | b <- optBatches opts, b == 32 || b == maximum (optBatches opts), Just r <- [ratio b] ]
+  dir <- resultsDir
+  writeCsv (dir </> "packet-model.csv") header rows
+  putStr table
+  mapM_ putStr targets
+  pure ("The ixgbe driver loop on the 82599 model (one thread on core 0: model DMA step, rxBatch, "
+        ++ "touch, txBatch; medians):\n\n" ++ table ++ concat targets ++ "\n")

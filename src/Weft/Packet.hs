@@ -9,9 +9,14 @@
 --     queue spreads receiving over a hash fanout group.
 --   * @model:N[:OPTIONS]@: weft's ixgbe (Intel 82599) driver running
 --     against a software model of the device ("Weft.Packet.Ixgbe",
---     "Weft.Packet.Ixgbe.Model"). The driver is written against an
---     abstract register window and DMA memory; real hardware would need
---     VFIO, which this package does not set up.
+--     "Weft.Packet.Ixgbe.Model"), port N, with the model's DMA engine on
+--     its own thread. The driver is written against an abstract register
+--     window and DMA memory; real hardware would need VFIO, which this
+--     package does not set up (and this VM does not have). OPTIONS, comma
+--     separated: @loop@ (the default: the port is cabled to itself),
+--     @wire=IFNAME@ (cabled to a real interface through AF_PACKET), and
+--     @fault=link-down|stuck-reset|bad-rx-desc|bad-tx-desc@ (inject a
+--     fault, see 'Model.Fault').
 --
 -- A receive loop is one thread per queue; "Weft.Packet.Hybrid" makes it
 -- poll while busy and block in weft's I/O manager while idle. Buffers
@@ -20,6 +25,7 @@
 module Weft.Packet
   ( -- * Opening devices
     openDevice
+  , openModelDevice
   , DeviceName (..)
   , parseDeviceName
     -- * Devices
@@ -32,14 +38,15 @@ module Weft.Packet
   , module Weft.Packet.Headers
   ) where
 
-import Control.Exception (throwIO)
+import Control.Exception (onException, throwIO)
 import Data.Char (isDigit)
 
 import Weft.Packet.AfPacket (defaultAfPacketConfig, openAfPacket)
 import Weft.Packet.Device
 import Weft.Packet.Headers
 import Weft.Packet.Hybrid
--- TEMP import qualified Weft.Packet.Ixgbe.Model as Model
+import Weft.Packet.Ixgbe (defaultIxgbeConfig, openIxgbe)
+import qualified Weft.Packet.Ixgbe.Model as Model
 import Weft.Packet.MemPool
 
 -- | A parsed device name.
@@ -72,4 +79,48 @@ openDevice :: String -> IO Device
 openDevice name = case parseDeviceName name of
   Left why -> throwIO (BadDeviceName name why)
   Right (AfPacketName ifname queues) -> openAfPacket defaultAfPacketConfig ifname queues
-  Right (ModelName _ _) -> throwIO (BadDeviceName name "TEMP")
+  Right (ModelName port opts) -> openModelDevice name port opts
+
+-- | The model's options (see the module's description).
+data ModelOptions = ModelOptions { moWire :: Maybe String, moFault :: Maybe Model.Fault }
+
+parseModelOptions :: String -> Either String ModelOptions
+parseModelOptions = go (ModelOptions Nothing Nothing) . splitCommas
+  where
+    go o [] = Right o
+    go o ("" : rest) = go o rest
+    go o ("loop" : rest) = go o { moWire = Nothing } rest
+    go o (opt : rest) = case break (== '=') opt of
+      ("wire", '=' : ifname) | not (null ifname) -> go o { moWire = Just ifname } rest
+      ("fault", '=' : f) -> case lookup f faults of
+        Just fault -> go o { moFault = Just fault } rest
+        Nothing -> Left ("unknown fault " ++ show f ++ "; expected one of " ++ unwords (map fst faults))
+      _ -> Left ("unknown model option " ++ show opt ++ "; expected loop, wire=IFNAME or fault=NAME")
+    faults = [ ("link-down", Model.LinkStaysDown), ("stuck-reset", Model.ResetStuck)
+             , ("bad-rx-desc", Model.CorruptRxWriteBack), ("bad-tx-desc", Model.CorruptTxDescriptor) ]
+    splitCommas str = case break (== ',') str of
+      (a, ',' : b) -> a : splitCommas b
+      (a, _) -> [a]
+
+-- | @openModelDevice name port options@: a fresh model of port @port@ with
+-- its DMA engine running, and the ixgbe driver opened on it. Closing the
+-- device stops the engine (and closes the interface of a @wire=@ option).
+-- Throws 'BadDeviceName' for bad options, and the driver's
+-- 'DeviceInitFailed' when the (possibly faulty) model does not come up.
+openModelDevice :: String -> Int -> String -> IO Device
+openModelDevice name port optText = case parseModelOptions optText of
+  Left why -> throwIO (BadDeviceName name why)
+  Right opts -> do
+    (wire, closeWire) <- case moWire opts of
+      Nothing -> (\w -> (w, pure ())) <$> Model.loopWire 4096
+      Just ifname -> do
+        dev <- openAfPacket defaultAfPacketConfig ifname 1
+        pool <- newMemPool defaultPoolConfig { poolSize = 1024 } `onException` closeDevice dev
+        w <- Model.deviceWire dev pool
+        pure (w, closeDevice dev)
+    model <- Model.newModel Model.defaultModelConfig { Model.mcPort = port, Model.mcFault = moFault opts } wire
+    Model.startModelEngine model
+    let stop = Model.stopModelEngine model >> closeWire
+    dev <- openIxgbe defaultIxgbeConfig name (Model.modelWindow model) `onException` stop
+    -- The engine stops first: the driver's close releases the rings it reads.
+    pure dev { closeDevice = stop >> closeDevice dev }

@@ -7,7 +7,7 @@
 -- (EtherType 0x88b5 and a magic word, or UDP to port 9999) and carry a
 -- sequence number; anything else that shows up is freed and ignored.
 -- Without root (or without veth support) the tests are pending.
-module Test.AfPacket (spec) where
+module Test.AfPacket (spec, withVeth, onCap0, fillFrame, seqOf, sendAll, recvN) where
 
 import Control.Concurrent
 import Control.Exception

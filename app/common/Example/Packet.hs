@@ -14,6 +14,7 @@ module Example.Packet
   , optionDouble
   , optionFlag
   , die'
+  , progress
   , newStopFlag
   , stopAfter
   ) where
@@ -114,6 +115,12 @@ optionDouble (_, opts) name def = case lookup name opts of
 
 optionFlag :: Options -> String -> Bool
 optionFlag (_, opts) name = any ((== name) . fst) opts
+
+-- | Prints a progress line to stdout. A stdout that is closed or gone
+-- (a caller that does not read it) is no reason to stop forwarding or
+-- sending, so a failed write is ignored.
+progress :: String -> IO ()
+progress line = (putStrLn line >> hFlush stdout) `catch` \e -> let _ = e :: IOException in pure ()
 
 -- | Prints to stderr and exits with status 2.
 die' :: String -> IO a

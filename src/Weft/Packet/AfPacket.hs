@@ -191,7 +191,7 @@ data Queue = Queue
   , qTxMax     :: !Int       -- ^ the longest frame txBatch sends
   , qV3        :: !Bool
   , qPool      :: !MemPool
-  , qLastPool  :: !(IORef MemPool)  -- ^ the foreign pool txBatch freed to last
+  , qLastPool  :: !(IORef MemPool)  -- ^ the pool txBatch freed to last ('freeToOwners')
   , qState     :: !(MutablePrimArray RealWorld Int)
   }
 
@@ -380,7 +380,7 @@ openAfPacketHandle cfg ifname nq = mask $ \restore -> do
           , txQueueCount = nq
           , rxBatch = \q arr n -> queue q >>= \qu ->
               if qV3 qu then rxV3 qu arr n else rxV2 qu arr n
-          , txBatch = \q arr n -> queue q >>= \qu -> txV2 name qu arr n
+          , txBatch = \q arr n -> queue q >>= \qu -> txV2 qu arr n
           , rxPool = \q -> qPool (indexArray qs (max 0 (min (nq - 1) q)))
           , waitRx = \q -> queue q >>= \qu -> Weft.threadWaitRead (Fd (qRxFd qu))
           , readStats = do
@@ -593,8 +593,8 @@ rxV3 qu arr n = do
 
 -- | Transmit: copy into free frames, request them, free the taken
 -- buffers to their pools, and kick the kernel once.
-txV2 :: String -> Queue -> BufferArray -> Int -> IO Int
-txV2 name qu arr n = do
+txV2 :: Queue -> BufferArray -> Int -> IO Int
+txV2 qu arr n = do
   let st = qState qu
       base = qTxRing qu
       fsz = qFrameSize qu
@@ -602,7 +602,7 @@ txV2 name qu arr n = do
       maxLen = qTxMax qu
       finish !i !h !queued !bytes !bad !full = do
         writePrimArray st sTxHead h
-        freeToOwners name qu arr i
+        freeToOwners (qLastPool qu) arr 0 i
         -- One kick per batch: when something was queued, or when the ring
         -- is full (frames the kernel could not send yet get another try).
         -- Its result is ignored: on a transient error (ENOBUFS, EAGAIN)
@@ -635,35 +635,6 @@ txV2 name qu arr n = do
   if n <= 0 then pure 0 else do
     h0 <- readPrimArray st sTxHead
     go 0 h0 (0 :: Int) 0 (0 :: Int)
-
--- | Frees arr[0..k) to the pools they came from, one 'freeBatch' per run
--- of buffers of one pool. The queue's own pool and the last foreign pool
--- are found without a lookup.
-freeToOwners :: String -> Queue -> BufferArray -> Int -> IO ()
-freeToOwners name qu arr k = go 0
-  where
-    go !i
-      | i >= k = pure ()
-      | otherwise = do
-          pid <- bufferPoolId =<< readBuffer arr i
-          j <- runEnd pid (i + 1)
-          pool <- poolFor pid
-          freeBatch pool arr i (j - i)
-          go j
-    runEnd !pid !j
-      | j >= k = pure j
-      | otherwise = do
-          p <- bufferPoolId =<< readBuffer arr j
-          if p == pid then runEnd pid (j + 1) else pure j
-    poolFor pid
-      | pid == poolId (qPool qu) = pure (qPool qu)
-      | otherwise = do
-          lastPool <- readIORef (qLastPool qu)
-          if poolId lastPool == pid then pure lastPool else do
-            m <- lookupPool pid
-            case m of
-              Just p -> writeIORef (qLastPool qu) p >> pure p
-              Nothing -> throwIO (DeviceFault name ("txBatch: buffer of unknown pool " ++ show pid))
 
 addCell :: MutablePrimArray RealWorld Int -> Int -> Int -> IO ()
 addCell st i d = readPrimArray st i >>= writePrimArray st i . (+ d)

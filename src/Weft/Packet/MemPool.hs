@@ -44,17 +44,24 @@ module Weft.Packet.MemPool
   , freeBuffer
   , allocBatch
   , freeBatch
+  , freeToOwners
     -- * Arrays of buffers
   , BufferArray
   , newBufferArray
   , bufferArraySize
   , readBuffer
   , writeBuffer
+    -- * Memory for device rings
+  , DmaMemory
+  , dmaPtr
+  , dmaSize
+  , newDmaMemory
+  , freeDmaMemory
   ) where
 
 import Control.Concurrent (myThreadId, threadCapability)
 import Control.Exception (Exception, IOException, bracket, throwIO, try)
-import Control.Monad (when)
+import Control.Monad (void, when)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
@@ -166,6 +173,9 @@ data PoolError
     -- ^ entry @i@ (second) of pool @p@ was freed while free
   | WrongCapability !Int !Int
     -- ^ a pool owned by capability @a@ was used from capability @b@
+  | UnknownPool !Int
+    -- ^ a buffer names pool @p@, which does not exist (destroyed, or not
+    -- a buffer at all)
   deriving (Eq, Show)
 
 instance Exception PoolError
@@ -336,6 +346,37 @@ freeBatch mp (BufferArray arr) off n = do
   go 0
 {-# INLINE freeBatch #-}
 
+-- | @freeToOwners cache arr off n@ gives the @n@ buffers of @arr@ from
+-- index @off@ back to the pools they came from, with one 'freeBatch' per
+-- run of buffers of one pool. @cache@ holds the pool freed to last, tried
+-- before a lookup ('lookupPool'); a transmit queue keeps one. Throws
+-- 'UnknownPool' for a buffer of no live pool (the buffers before it are
+-- freed, it and the rest are not).
+freeToOwners :: IORef MemPool -> BufferArray -> Int -> Int -> IO ()
+freeToOwners cache arr off n = go off
+  where
+    end = off + n
+    go !i
+      | i >= end = pure ()
+      | otherwise = do
+          pid <- bufferPoolId =<< readBuffer arr i
+          j <- runEnd pid (i + 1)
+          pool <- poolFor pid
+          freeBatch pool arr i (j - i)
+          go j
+    runEnd !pid !j
+      | j >= end = pure j
+      | otherwise = do
+          p <- bufferPoolId =<< readBuffer arr j
+          if p == pid then runEnd pid (j + 1) else pure j
+    poolFor pid = do
+      cached <- readIORef cache
+      if mpId cached == pid then pure cached else do
+        m <- lookupPool pid
+        case m of
+          Just p -> writeIORef cache p >> pure p
+          Nothing -> throwIO (UnknownPool pid)
+
 entryPtr :: MemPool -> Int -> Ptr Word8
 entryPtr mp i = mpBase mp `plusPtr` (i * bufferSize)
 {-# INLINE entryPtr #-}
@@ -415,6 +456,28 @@ readBuffer (BufferArray a) i = Buffer <$> readPrimArray a i
 writeBuffer :: BufferArray -> Int -> Buffer -> IO ()
 writeBuffer (BufferArray a) i (Buffer p) = writePrimArray a i p
 {-# INLINE writeBuffer #-}
+
+-- | Memory a device reads and writes by DMA (descriptor rings): locked
+-- (or on huge pages), zeroed, page-aligned, and addressed by its virtual
+-- address as buffers are ('bufferIova').
+data DmaMemory = DmaMemory
+  { dmaPtr     :: !(Ptr Word8)
+  , dmaSize    :: !Int  -- ^ bytes
+  , dmaBacking :: !CInt
+  }
+
+-- | Maps @n@ bytes of DMA memory. Throws an 'IOError' when nothing can be
+-- mapped. Release it with 'freeDmaMemory' once the device has stopped.
+newDmaMemory :: Int -> IO DmaMemory
+newDmaMemory n = alloca $ \pb -> do
+  huge <- hugePagesConfigured
+  p <- throwErrnoIfNull "Weft.Packet.MemPool.newDmaMemory (mmap)" $
+         c_weft_pkt_map (fromIntegral n) (if huge then 1 else 0) pb
+  DmaMemory (castPtr p) n <$> peek pb
+
+-- | Unmaps DMA memory.
+freeDmaMemory :: DmaMemory -> IO ()
+freeDmaMemory d = void (c_weft_pkt_unmap (castPtr (dmaPtr d)) (fromIntegral (dmaSize d)) (dmaBacking d))
 
 foreign import ccall unsafe "weft_pkt_map"
   c_weft_pkt_map :: CSize -> CInt -> Ptr CInt -> IO (Ptr ())
