@@ -2,7 +2,7 @@
 -- | weft-pktgen DEV [--rate R] [--size S] [--count N] [--seconds T] [--batch B]:
 -- ixy-pktgen on weft.
 --
--- Sends ixy's UDP test packet (see 'writeTemplate') with a 32-bit
+-- Sends ixy's UDP test packet (see 'writeTestPacket') with a 32-bit
 -- sequence number, from 0 up, in its last 4 bytes. Like ixy-pktgen it
 -- fills every buffer of its pool with the template once, so that sending
 -- a packet only writes its sequence number. A packet the device does not
@@ -112,6 +112,6 @@ generate stop dev pool rate size count batch start sentRef = do
     k <- allocBatch mp all' 0 n
     forM_ [0 .. k - 1] $ \i -> do
       b <- readBuffer all' i
-      writeTemplate (bufferData b) size
+      writeTestPacket (bufferData b) size
       setBufferLength b size
     freeBatch mp all' 0 k

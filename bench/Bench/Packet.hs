@@ -1,4 +1,4 @@
-{-# LANGUAGE ScopedTypeVariables #-}
+{-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
 -- | weft-bench packet: Weft.Packet's forwarder against its C twin and the
 -- kernel's own forwarding, on veth pairs, and the ixgbe driver loop
 -- against its C port on the device model.
@@ -30,6 +30,11 @@
 module Bench.Packet (packetMain, packetModelChild) where
 
 import Control.Concurrent (threadDelay)
+import Data.Bits ((.&.))
+import qualified Data.ByteString.Internal as BI
+import Data.Word (Word64, Word8)
+import Foreign.Storable (peekByteOff, pokeByteOff)
+import GHC.Clock (getMonotonicTimeNSec)
 import Control.Exception
 import Control.Monad
 import Data.List (isPrefixOf)
@@ -45,6 +50,9 @@ import Text.Printf (printf)
 
 import Bench.Net (binDir, resultsDir)
 import Bench.Report
+import Weft.Packet
+import Weft.Packet.Ixgbe (defaultIxgbeConfig, openIxgbe)
+import Weft.Packet.Ixgbe.Model
 
 data Options = Options
   { optQuick    :: !Bool
@@ -90,7 +98,7 @@ packetModelChild :: [String] -> IO ()
 packetModelChild args = case childOptions args (32, 2) of
   Nothing -> hPutStrLn stderr "weft-bench packet-model-child: expected --batch B (1-256) --seconds S" >> exitFailure
   Just (batch, secs) -> do
-    (forwarded, elapsed) <- (undefined :: Int -> Double -> IO (Int, Double)) batch secs
+    (forwarded, elapsed) <- modelForwardLoop batch secs
     printf "summary forwarded=%d seconds=%.3f\n" forwarded elapsed
  where
   childOptions [] acc = Just acc
@@ -466,3 +474,45 @@ modelPart opts = do
   mapM_ putStr targets
   pure ("The ixgbe driver loop on the 82599 model (one thread on core 0: model DMA step, rxBatch, "
         ++ "touch, txBatch; medians):\n\n" ++ table ++ concat targets ++ "\n")
+
+-- | The model forwarding loop, in Haskell (its C twin is
+-- @bench/c/ixgbe_loop.c@, which does the same work per packet): port 0's
+-- wire is a source of 60-byte test packets, port 1's a sink; one thread
+-- steps both models, receives a batch on port 0, touches each packet's
+-- second byte, sends the batch on port 1 and frees what did not fit.
+-- Returns the packets forwarded and the seconds it ran.
+modelForwardLoop :: Int -> Double -> IO (Int, Double)
+modelForwardLoop batch secs = do
+  frame <- BI.create 60 (\p -> writeTestPacket p 60)
+  (sink, _) <- sinkWire
+  m0 <- newModel defaultModelConfig { mcPort = 0 } (sourceWire frame)
+  m1 <- newModel defaultModelConfig { mcPort = 1 } sink
+  d0 <- openIxgbe defaultIxgbeConfig "model:0" (modelWindow m0)
+  d1 <- openIxgbe defaultIxgbeConfig "model:1" (modelWindow m1)
+  arr <- newBufferArray batch
+  let pool = rxPool d0 0
+  start <- getMonotonicTimeNSec
+  let deadline = start + round (secs * 1e9)
+      touch !i !n
+        | i >= n = pure ()
+        | otherwise = do
+            b <- readBuffer arr i
+            v <- peekByteOff (bufferData b) 1 :: IO Word8
+            pokeByteOff (bufferData b) 1 (v + 1)
+            touch (i + 1) n
+      loop :: Int -> Int -> IO (Int, Word64)
+      loop !iter !forwarded = do
+        _ <- modelStep m0
+        _ <- modelStep m1
+        n <- rxBatch d0 0 arr batch
+        touch 0 n
+        k <- txBatch d1 0 arr n
+        when (k < n) $ freeBatch pool arr k (n - k)
+        let forwarded' = forwarded + k
+        if iter .&. 63 /= 0 then loop (iter + 1) forwarded' else do
+          now <- getMonotonicTimeNSec
+          if now >= deadline then pure (forwarded', now) else loop (iter + 1) forwarded'
+  (forwarded, end) <- loop 1 0
+  closeDevice d1
+  closeDevice d0
+  pure (forwarded, fromIntegral (end - start) / 1e9)

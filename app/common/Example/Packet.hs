@@ -3,9 +3,6 @@
 -- stopping on a signal or a deadline.
 module Example.Packet
   ( openNamedDevice
-  , templateSrcPort
-  , templateDstPort
-  , writeTemplate
   , writeSequence
   , readTemplateSequence
   , Options
@@ -24,7 +21,6 @@ import Control.Exception
 import Control.Monad (void, when)
 import Data.IORef
 import Data.Word
-import Foreign.Marshal.Utils (fillBytes)
 import Foreign.Ptr
 import System.Exit
 import System.IO
@@ -42,27 +38,6 @@ openNamedDevice name = do
     Right dev -> pure dev
     Left e -> die' ("cannot open " ++ name ++ ": " ++ displayException (e :: SomeException))
 
--- | ixy's generator sends from UDP port 42 to port 1337.
-templateSrcPort, templateDstPort :: Word16
-templateSrcPort = 42
-templateDstPort = 1337
-
--- | Writes ixy's test packet of @size@ bytes (at least 'minFrameLength',
--- at most 'maxDataLength'): Ethernet from 10:10:10:10:10:10 to
--- 01:02:03:04:05:06, IPv4 10.0.0.1 to 10.0.0.2 with its checksum, UDP 42
--- to 1337 without a checksum, a zero payload whose last 4 bytes will hold
--- the sequence number.
-writeTemplate :: Ptr Word8 -> Int -> IO ()
-writeTemplate p size = do
-  fillBytes p 0 size
-  writeEth p EthHeader { ethDst = MacAddress 0x010203040506, ethSrc = MacAddress 0x101010101010
-                       , ethType = etherTypeIPv4 }
-  writeIpv4 p Ipv4Header { ipTos = 0, ipTotalLength = fromIntegral (size - ethHeaderLength)
-                         , ipIdent = 0, ipTtl = 64, ipProto = ipProtoUdp, ipChecksum = 0
-                         , ipSrc = ipv4 10 0 0 1, ipDst = ipv4 10 0 0 2 }
-  writeUdp p UdpHeader { udpSrcPort = templateSrcPort, udpDstPort = templateDstPort
-                       , udpLength = fromIntegral (size - udpOffset), udpChecksumField = 0 }
-
 -- | Stores a sequence number in the last 4 bytes of a packet of @size@
 -- bytes, big-endian.
 writeSequence :: Ptr Word8 -> Int -> Word32 -> IO ()
@@ -78,7 +53,7 @@ readTemplateSequence p len
       et <- peekBE16 p 12
       sp <- peekBE16 p udpOffset
       dp <- peekBE16 p (udpOffset + 2)
-      if et == etherTypeIPv4 && sp == templateSrcPort && dp == templateDstPort
+      if et == etherTypeIPv4 && sp == testPacketSrcPort && dp == testPacketDstPort
         then Just <$> peekBE32 p (len - 4)
         else pure Nothing
 {-# INLINE readTemplateSequence #-}

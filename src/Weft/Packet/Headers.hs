@@ -44,12 +44,17 @@ module Weft.Packet.Headers
   , pokeBE16
   , peekBE32
   , pokeBE32
+    -- * ixy's test packet
+  , testPacketSrcPort
+  , testPacketDstPort
+  , writeTestPacket
   ) where
 
 import Data.Bits
 import Data.Char (intToDigit)
 import Data.List (intercalate)
 import Data.Word
+import Foreign.Marshal.Utils (fillBytes)
 import Foreign.Ptr
 import Foreign.Storable
 import Numeric (readHex)
@@ -282,3 +287,27 @@ pokeBE32 p o w = do
   pokeBE16 p o (fromIntegral (w `shiftR` 16))
   pokeBE16 p (o + 2) (fromIntegral w)
 {-# INLINE pokeBE32 #-}
+
+------------------------------------------------------------------------------
+-- ixy's test packet
+
+-- | ixy's test packet goes from UDP port 42 to port 1337.
+testPacketSrcPort, testPacketDstPort :: Word16
+testPacketSrcPort = 42
+testPacketDstPort = 1337
+
+-- | Writes ixy's test packet of @size@ bytes (at least 'minFrameLength',
+-- at most 'maxDataLength'): Ethernet from 10:10:10:10:10:10 to
+-- 01:02:03:04:05:06, IPv4 10.0.0.1 to 10.0.0.2 with its checksum, UDP 42
+-- to 1337 without a checksum, a zero payload whose last 4 bytes will hold
+-- the sequence number.
+writeTestPacket :: Ptr Word8 -> Int -> IO ()
+writeTestPacket p size = do
+  fillBytes p 0 size
+  writeEth p EthHeader { ethDst = MacAddress 0x010203040506, ethSrc = MacAddress 0x101010101010
+                       , ethType = etherTypeIPv4 }
+  writeIpv4 p Ipv4Header { ipTos = 0, ipTotalLength = fromIntegral (size - ethHeaderLength)
+                         , ipIdent = 0, ipTtl = 64, ipProto = ipProtoUdp, ipChecksum = 0
+                         , ipSrc = ipv4 10 0 0 1, ipDst = ipv4 10 0 0 2 }
+  writeUdp p UdpHeader { udpSrcPort = testPacketSrcPort, udpDstPort = testPacketDstPort
+                       , udpLength = fromIntegral (size - udpOffset), udpChecksumField = 0 }
