@@ -250,7 +250,7 @@ forwardRun secs arm batch = do
             rts = rtsStats err
             gcShare = do
               g <- Map.lookup "GC_cpu_seconds" rts
-              m <- Map.lookup "mutator_cpu_seconds" rts
+              m <- Map.lookup "mut_cpu_seconds" rts
               pure (100 * g / max 1e-9 (g + m))
             alloc = (/ max 1 fwd) <$> Map.lookup "bytes allocated" rts
         pure Run { runMpps = fwd / s / 1e6
@@ -428,7 +428,7 @@ modelRun secs arm batch = do
           st = rtsStats err
           gc = do
             g <- Map.lookup "GC_cpu_seconds" st
-            m <- Map.lookup "mutator_cpu_seconds" st
+            m <- Map.lookup "mut_cpu_seconds" st
             pure (100 * g / max 1e-9 (g + m))
           alloc = (/ max 1 fwd) <$> Map.lookup "bytes allocated" st
       in Right (fwd / s / 1e6, if arm == HaskellLoop then gc else Nothing

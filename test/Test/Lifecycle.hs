@@ -43,6 +43,9 @@ spec kind = do
         sleeper <- snd <$> forkResult 0 (threadDelay 10000000)
         eventually "both managers running" ((== 2) . length <$> E.systemManagers)
         eventually "waits registered" ((== 2) <$> liveRegistrations)
+        -- The sleeper's timer too: one registered after the shutdown would
+        -- start a fresh manager and sleep out its 10 s.
+        eventually "sleeper's timer registered" ((>= 1) <$> pendingTimers)
         E.shutdownSystemManagers
         outs <- within 5 "waiters after shutdown" (mapM takeMVar (waiters ++ [sleeper]))
         forM_ outs $ \o -> either (const (return ())) (const (expectationFailure "a wait survived shutdown")) o
