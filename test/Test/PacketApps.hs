@@ -23,12 +23,17 @@ import Test.Hspec
 
 spec :: Spec
 spec = describe "Weft.Packet end to end (netns-lab)" $ do
-  it "weft-pktgen → weft-fwd → weft-pktcheck: every packet exactly once" $
+  -- The forwarder's ports are the interfaces themselves (backend A), or
+  -- two 82599 models whose wires are those interfaces (backend B).
+  forM_ [ ("AF_PACKET", "afpacket:fwd0", "afpacket:fwd1")
+        , ("the ixgbe driver on models wired to them", "model:0:wire=fwd0", "model:1:wire=fwd1") ] $
+   \(how, port0, port1) ->
+   it ("weft-pktgen → weft-fwd → weft-pktcheck, forwarding through " ++ how ++ ": every packet exactly once") $
     withLab $ \run prefix -> do
       let count = 20000 :: Int
       checker <- run (prefix ++ "sink") "weft-pktcheck"
         ["afpacket:sink0", "--expect", show count, "--idle-exit", "1000", "--seconds", "20"]
-      fwd <- run (prefix ++ "fwd") "weft-fwd" ["afpacket:fwd0", "afpacket:fwd1", "--batch", "32", "--seconds", "20"]
+      fwd <- run (prefix ++ "fwd") "weft-fwd" [port0, port1, "--batch", "32", "--seconds", "20"]
       threadDelay 500000
       gen <- run (prefix ++ "gen") "weft-pktgen" ["afpacket:gen0", "--rate", "20000", "--count", show count]
       (genCode, genOut) <- finish gen
