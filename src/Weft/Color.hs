@@ -72,7 +72,7 @@ import System.Posix.Types (Fd)
 
 import Weft.Color.Queues
 import Weft.Color.Topology
-import Weft.Event (Lifetime (..), evtRead, evtWrite, eventIs, evtClose, registerFd,
+import Weft.Event (Lifetime (..), evtRead, evtWrite, eventIs, evtClose, evtHangup, registerFd,
                    getSystemManager)
 import qualified Weft.Event as E
 import qualified Weft.Event.Manager as M
@@ -599,9 +599,18 @@ onReady rt ev fd c h body = do
 -- post its write body on every incoming packet.
 --
 -- A rearm after a short read (fewer bytes than asked) is as safe as one
--- after @EAGAIN@: whatever arrives after that read is a new edge. After a
--- read that filled its buffer there may be data left that no edge will
--- announce, so such a handler posts its next read itself.
+-- after @EAGAIN@ for data: whatever arrives after that read is a new edge.
+-- Not for the end of stream: a peer that sends and then shuts down can
+-- have both arrive before one edge is reported; the read returns the data
+-- only, and no edge will announce the end behind it. So the read
+-- direction has a fourth state:
+--
+--   * Over: an edge carried 'evtHangup' (the peer shut down its side, or
+--     the socket failed). Reads no longer block, so every rearm posts the
+--     body at once, and the state stays Over.
+--
+-- After a read that filled its buffer there may be data left that no edge
+-- will announce, so such a handler posts its next read itself.
 --
 -- With the poll backend, which has no edge-triggered readiness, a rearm
 -- registers the fd one-shot, as 'onReadable' does.
@@ -620,10 +629,11 @@ data FdWatch = FdWatch
     -- ^ 'Nothing' on a backend without edge-triggered readiness
   }
 
-stIdle, stArmed, stPending :: Int
+stIdle, stArmed, stPending, stOver :: Int
 stIdle = 0
 stArmed = 1
 stPending = 2
+stOver = 3
 
 -- | Watch an fd for the rest of its life with the calling capability's
 -- manager: @watchFd rt fd c (hr, onRead) (hw, onWrite)@. Nothing is
@@ -639,13 +649,15 @@ watchFd rt fd c onRead onWrite = do
   mgr <- getSystemManager
   let fw = FdWatch rt fd c onRead onWrite states Nothing
   edge <- M.watchFdNotify mgr fd (\ev -> do
-            when (ev `eventIs` evtRead) (edgeCame fw 0)
+            if ev `eventIs` evtHangup then readOver fw
+              else when (ev `eventIs` evtRead) (edgeCame fw 0)
             when (ev `eventIs` evtWrite) (edgeCame fw 1))
   return fw { fwEdge = edge }
 
 -- | The dispatcher saw an edge in one direction: Armed -> Idle (and
--- post), Idle -> Pending, Pending stays. A lost exchange means the rearm
--- moved the state meanwhile; the edge is then applied to the new state.
+-- post), Idle -> Pending, Pending and Over stay. A lost exchange means
+-- the rearm moved the state meanwhile; the edge is then applied to the
+-- new state.
 edgeCame :: FdWatch -> Int -> IO ()
 edgeCame fw dir = go =<< readCounter (fwStates fw) dir
   where
@@ -656,6 +668,17 @@ edgeCame fw dir = go =<< readCounter (fwStates fw) dir
     step from to done = do
       seen <- casCounter (fwStates fw) dir from to
       if seen == from then done else go seen
+
+-- | A read edge carried 'evtHangup': the read direction is Over for good
+-- (posting the body if it was Armed).
+readOver :: FdWatch -> IO ()
+readOver fw = go =<< readCounter (fwStates fw) 0
+  where
+    go st
+      | st == stOver = return ()
+      | otherwise = do
+          seen <- casCounter (fwStates fw) 0 st stOver
+          if seen /= st then go seen else when (st == stArmed) (postBody fw 0)
 
 -- | Ask for the read body to be posted once the fd is readable: call it
 -- after a read said @EAGAIN@ or returned fewer bytes than asked
@@ -673,13 +696,14 @@ rearm fw dir ev = case fwEdge fw of
   Nothing -> do
     let (h, body) = if dir == 0 then fwRead fw else fwWrite fw
     onReady (fwRuntime fw) ev (fwFd fw) (fwColor fw) h body
-  -- Idle -> Armed, Pending -> Idle (and post), Armed stays; a lost
-  -- exchange means an edge moved the state meanwhile.
+  -- Idle -> Armed, Pending -> Idle (and post), Armed stays, Over stays
+  -- (and post); a lost exchange means an edge moved the state meanwhile.
   Just _ -> go =<< readCounter (fwStates fw) dir
   where
     go st
       | st == stIdle = step st stArmed (return ())
       | st == stPending = step st stIdle (postBody fw dir)
+      | st == stOver = postBody fw dir
       | otherwise = return ()
     step from to done = do
       seen <- casCounter (fwStates fw) dir from to

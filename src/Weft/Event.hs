@@ -26,6 +26,7 @@ module Weft.Event
   , evtRead
   , evtWrite
   , evtClose
+  , evtHangup
   , eventIs
   , Lifetime (..)
     -- * Registering callbacks

@@ -25,7 +25,8 @@ import GHC.Clock (getMonotonicTimeNSec)
 import System.Directory (removeFile)
 import System.IO
 import GHC.IO.Handle (hDuplicate, hDuplicateTo)
-import System.Posix.IO (closeFd)
+import Foreign.Marshal.Alloc (allocaBytes)
+import System.Posix.IO (closeFd, fdReadBuf)
 import System.Posix.Types (Fd)
 import Test.Hspec
 import Test.QuickCheck hiding ((.&.), total, again, within)
@@ -860,8 +861,8 @@ watchSpec kind cfg = describe "FdWatch" $ do
           -- body still holds off its rearm: that byte's edge must not be
           -- lost.
           t0 <- getMonotonicTimeNSec
-          let spin = getMonotonicTimeNSec >>= \t -> when (t - t0 < 5000000) spin
-          spin
+          let holdOff = getMonotonicTimeNSec >>= \t -> when (t - t0 < 5000000) holdOff
+          holdOff
           readIORef fwRef >>= rearmRead
     -- The edges come from capability 0's manager, the body (color 9) runs
     -- on core 1, so an edge can arrive while the body spins.
@@ -873,6 +874,33 @@ watchSpec kind cfg = describe "FdWatch" $ do
       writeByte w
       eventually ("byte " ++ show i) ((== i) <$> readCounter total 0)
     unwatchFd fw
+    finish rt
+
+  it "sees the end of a stream that came with the last data, after a short read" $ do
+    -- The data and the end are there before the watch starts, so they come
+    -- as one edge: the body's first read returns the data, and no later
+    -- edge announces the end (Note [Persistent watches], state Over).
+    (r, w) <- newPipe
+    writeByte w >> writeByte w >> writeByte w
+    closeFd w
+    rt <- newRuntime cfg
+    got <- newChan
+    fwRef <- newIORef (error "no watch yet")
+    let body = do
+          n <- try (allocaBytes 16 (\p -> fdReadBuf r p 16))
+          case n of
+            Right 0 -> writeChan got "end"
+            -- A short read: rearm, as a server does.
+            Right k -> writeChan got (show k) >> readIORef fwRef >>= rearmRead
+            Left (_ :: IOException) -> writeChan got "EAGAIN" >> readIORef fwRef >>= rearmRead
+    (_, made) <- forkResult 0 (watchFd rt r 4 (handler "read", body) (handler "write", return ()))
+    fw <- within 5 "watchFd" (takeMVar made) >>= either throwIO return
+    writeIORef fwRef fw
+    rearmRead fw
+    within 2 "the data" (readChan got) `shouldReturn` "3"
+    within 2 "the end of the stream" (readChan got) `shouldReturn` "end"
+    unwatchFd fw
+    Weft.closeFdWith closeFd r
     finish rt
 
   it "posts the write body only when asked, once" $ withWatchedPipe $ \(_, w) -> do

@@ -3,7 +3,7 @@
 module Weft.Event.Internal
   ( -- * Events
     Event (..)
-  , evtNothing, evtRead, evtWrite, evtClose
+  , evtNothing, evtRead, evtWrite, evtClose, evtHangup
   , eventIs, eventSubset
     -- * Lifetimes
   , Lifetime (..)
@@ -25,12 +25,12 @@ import Data.Word (Word32)
 import Foreign.C.Error (Errno)
 import System.Posix.Types (Fd)
 
--- | A set of I/O events: 'evtRead', 'evtWrite', 'evtClose', combined with
+-- | A set of I/O events: 'evtRead', 'evtWrite', 'evtClose', 'evtHangup', combined with
 -- '<>'.
 newtype Event = Event Int
   deriving (Eq, Ord)
 
-evtNothing, evtRead, evtWrite, evtClose :: Event
+evtNothing, evtRead, evtWrite, evtClose, evtHangup :: Event
 -- | No event.
 evtNothing = Event 0
 -- | The fd is readable (or has hung up, or has an error pending).
@@ -40,6 +40,12 @@ evtWrite = Event 2
 -- | The fd was closed through weft ('Weft.closeFdWith') or vanished from
 -- the kernel's interest set; waiters fail with an 'IOError'.
 evtClose = Event 4
+-- | Reported with 'evtRead' (never asked for): the peer has shut down its
+-- sending side, or the fd hung up or has an error pending, so reads will
+-- not block again (they return end of stream or the error). An
+-- edge-triggered watcher needs it: the end of stream may have arrived
+-- before its last read, which returned data, and no edge follows it.
+evtHangup = Event 8
 
 instance Semigroup Event where
   Event a <> Event b = Event (a .|. b)
@@ -50,7 +56,7 @@ instance Monoid Event where
 instance Show Event where
   show e = "[" ++ intercalate "," names ++ "]"
     where names = [ n | (f, n) <- [ (evtRead, "evtRead"), (evtWrite, "evtWrite")
-                                  , (evtClose, "evtClose") ], e `eventIs` f ]
+                                  , (evtClose, "evtClose"), (evtHangup, "evtHangup") ], e `eventIs` f ]
 
 -- | Does the first set contain any event of the second?
 eventIs :: Event -> Event -> Bool

@@ -138,10 +138,11 @@ toEPoll ev = (if ev `eventIs` evtRead then #{const EPOLLIN} else 0)
          .|. (if ev `eventIs` evtWrite then #{const EPOLLOUT} else 0)
 
 -- | Errors and hang-ups wake readers and writers alike: their next syscall
--- reports what happened.
+-- reports what happened. A hang-up of either kind is also 'evtHangup'.
 fromEPoll :: Word32 -> Event
 fromEPoll f = (if f .&. (#{const EPOLLIN} .|. #{const EPOLLRDHUP} .|. errHup) /= 0 then evtRead else mempty)
            <> (if f .&. (#{const EPOLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
+           <> (if f .&. (#{const EPOLLRDHUP} .|. errHup) /= 0 then evtHangup else mempty)
   where errHup = #{const EPOLLERR} .|. #{const EPOLLHUP}
 
 errnoInt :: Errno -> CInt

@@ -136,6 +136,7 @@ fromPoll re
   | re .&. #{const POLLNVAL} /= 0 = evtClose
   | otherwise = (if re .&. (#{const POLLIN} .|. errHup) /= 0 then evtRead else mempty)
              <> (if re .&. (#{const POLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
+             <> (if re .&. errHup /= 0 then evtHangup else mempty)
   where errHup = #{const POLLERR} .|. #{const POLLHUP}
 
 foreign import ccall unsafe "fcntl.h fcntl"
