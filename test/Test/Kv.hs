@@ -275,6 +275,11 @@ serverSpec = around (withKv 65536) $ describe "server" $ do
       -- Parts on one key run in argument order: the last value wins.
       cmd c ["MSET", "same", "1", "other", "x", "same", "2", "same", "3"] `shouldReturn` ok
       cmd c ["MGET", "same", "other"] `shouldReturn` RArray [bulk "3", bulk "x"]
+      -- All keys of one color (redis-benchmark's MSET names one key ten
+      -- times): one event runs the parts in order and joins them.
+      run c [ ["MSET", "one", "1", "one", "2", "one", "3"], ["MGET", "one", "nope", "one"]
+            , ["DEL", "one", "one", "one"], ["EXISTS", "one", "one"], ["MGET", "one"] ]
+        `shouldReturn` [ok, RArray [bulk "3", RNil, bulk "3"], RInt 1, RInt 0, RArray [RNil]]
       cmd c ["MSET", "a"] `shouldReturn` RError "ERR wrong number of arguments for 'mset' command"
 
   it "keeps replies in request order when one pipeline hits many colors" $ \addr ->

@@ -36,7 +36,7 @@ module Example.Http
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
-import Data.ByteString.Unsafe (unsafeIndex)
+import qualified Weft.Internal.Bytes as Bytes
 import Data.Word (Word8)
 
 -- | The answer to every well-formed request: status 200 with the 4-byte body
@@ -269,8 +269,8 @@ versionPrefix v = n <= 8 && B.take 5 v `B.isPrefixOf` "HTTP/" && ok 5
     n = B.length v
     ok !i
       | i >= n = True
-      | i == 6 = unsafeIndex v i == 0x2E && ok (i + 1) -- '.'
-      | otherwise = isDigit (unsafeIndex v i) && ok (i + 1)
+      | i == 6 = Bytes.byteAt v i == 0x2E && ok (i + 1) -- '.'
+      | otherwise = isDigit (Bytes.byteAt v i) && ok (i + 1)
 
 -- | What the headers say about framing and the connection.
 data Fields = Fields
@@ -340,7 +340,7 @@ equalsLower s lower = B.length s == B.length lower && go 0
   where
     go !i
       | i >= B.length s = True
-      | otherwise = toLower (unsafeIndex s i) == unsafeIndex lower i && go (i + 1)
+      | otherwise = toLower (Bytes.byteAt s i) == Bytes.byteAt lower i && go (i + 1)
     toLower b
       | b >= 0x41 && b <= 0x5A = b + 0x20
       | otherwise = b
@@ -358,7 +358,7 @@ trimBlanks = B.dropWhileEnd isBlank . B.dropWhile isBlank
 -- | The byte at an offset as an 'Int', or -1 past the end.
 byteAt :: ByteString -> Int -> Int
 byteAt s i
-  | i < B.length s = fromIntegral (unsafeIndex s i)
+  | i < B.length s = fromIntegral (Bytes.byteAt s i)
   | otherwise = -1
 
 lf, cr :: Num a => a

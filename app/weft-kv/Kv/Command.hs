@@ -16,7 +16,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import Data.Char (toLower)
-import Data.Foldable (toList)
+import Data.Foldable (foldr', toList)
 import qualified Data.Map.Strict as Map
 import Data.Bits (shiftR, xor)
 import Data.Maybe (fromMaybe, isJust)
@@ -310,7 +310,10 @@ lrangeOp start stop _ _ v = case v of
         norm i = if i < 0 then max 0 (n + i) else i
         a = norm start
         b = min (n - 1) (if stop < 0 then n + stop else stop)
-    in Outcome Keep (RArray (if a > b then [] else map RBulk (toList (Seq.take (b - a + 1) (Seq.drop a l)))))
+        -- A strict list of evaluated replies: built lazily, each element
+        -- was a thunk that the encoder's passes forced and then re-entered.
+        bulks = foldr' (\x rest -> let !r = RBulk x in r : rest) [] (Seq.take (b - a + 1) (Seq.drop a l))
+    in Outcome Keep (RArray (if a > b then [] else bulks))
   Just _ -> Outcome Keep wrongType
 
 llenOp :: KeyOp

@@ -40,9 +40,9 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
-import Data.ByteString.Unsafe (unsafeIndex)
+import Weft.Internal.Bytes (byteAt)
 import Data.Word (Word8)
-import Foreign.ForeignPtr (withForeignPtr)
+import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (poke)
 
@@ -118,7 +118,7 @@ feed lim (Decoder held pending) chunk = case pending of
     input | B.null held = chunk
           | otherwise = B.append held chunk
     total = B.length input
-    byte = unsafeIndex input
+    byte = byteAt input
 
     suspend cmds st p = Decoded (reverse cmds) (Right (Decoder (BU.unsafeDrop p input) st))
     failed cmds msg = Decoded (reverse cmds) (Left (ProtocolError msg))
@@ -127,11 +127,11 @@ feed lim (Decoder held pending) chunk = case pending of
     between :: Int -> [[ByteString]] -> Decoded
     between !p cmds
       | p >= total = suspend cmds Between total
-      | byte p == 42 {- '*' -} = case lineEnd p of
-          Incomplete -> suspend cmds Between p
-          TooLong -> failed cmds "ERR Protocol error: too big mbulk count string"
-          BadEnd -> failed cmds "ERR Protocol error: expected CRLF after the multibulk length"
-          EndsAt cr -> case decimalAt (p + 1) cr of
+      | byte p == 42 {- '*' -} = case lineEndIn (maxLine lim) input p of
+          cr | cr == lineIncomplete -> suspend cmds Between p
+             | cr == lineTooLong -> failed cmds "ERR Protocol error: too big mbulk count string"
+             | cr == lineBadEnd -> failed cmds "ERR Protocol error: expected CRLF after the multibulk length"
+             | otherwise -> case decimalIn input (p + 1) cr of
             n | n == invalidNumber -> failed cmds "ERR Protocol error: invalid multibulk length"
               | n <= 0 -> between (cr + 2) cmds        -- an empty command: nothing to run
               | n <= maxArgs lim -> args (cr + 2) n [] cmds
@@ -155,11 +155,11 @@ feed lim (Decoder held pending) chunk = case pending of
       | p >= total = suspend cmds (Args n acc) total
       | byte p /= 36 {- '$' -} =
           failed cmds ("ERR Protocol error: expected '$', got '" <> B.singleton (byte p) <> "'")
-      | otherwise = case lineEnd p of
-          Incomplete -> suspend cmds (Args n acc) p
-          TooLong -> failed cmds "ERR Protocol error: too big bulk count string"
-          BadEnd -> failed cmds "ERR Protocol error: expected CRLF after the bulk length"
-          EndsAt cr -> case decimalAt (p + 1) cr of
+      | otherwise = case lineEndIn (maxLine lim) input p of
+          cr | cr == lineIncomplete -> suspend cmds (Args n acc) p
+             | cr == lineTooLong -> failed cmds "ERR Protocol error: too big bulk count string"
+             | cr == lineBadEnd -> failed cmds "ERR Protocol error: expected CRLF after the bulk length"
+             | otherwise -> case decimalIn input (p + 1) cr of
             len | len == invalidNumber || len < 0 -> failed cmds "ERR Protocol error: invalid bulk length"
                 | len > maxBulk lim -> failed cmds
                     ("ERR Protocol error: bulk length " <> C.pack (show len)
@@ -169,7 +169,8 @@ feed lim (Decoder held pending) chunk = case pending of
                         end = start + len
                     in if end + 2 <= total
                          then if byte end == 13 && byte (end + 1) == 10
-                           then args (end + 2) (n - 1) (BU.unsafeTake len (BU.unsafeDrop start input) : acc) cmds
+                           then let !arg = BU.unsafeTake len (BU.unsafeDrop start input)
+                                in args (end + 2) (n - 1) (arg : acc) cmds
                            else failed cmds "ERR Protocol error: expected CRLF after the bulk string"
                          else Decoded (reverse cmds)
                                 (Right (Decoder B.empty (Body (len + 2 - (total - start)) [BU.unsafeDrop start input] n acc)))
@@ -179,51 +180,62 @@ feed lim (Decoder held pending) chunk = case pending of
       | total >= need =
           let whole = B.concat (reverse (BU.unsafeTake need input : pieces))
               len = B.length whole - 2
-          in if unsafeIndex whole len == 13 && unsafeIndex whole (len + 1) == 10
+          in if byteAt whole len == 13 && byteAt whole (len + 1) == 10
                then args need (n - 1) (BU.unsafeTake len whole : acc) []
                else failed [] "ERR Protocol error: expected CRLF after the bulk string"
       | total == 0 = Decoded [] (Right (Decoder B.empty (Body need pieces n acc)))
       | otherwise = Decoded [] (Right (Decoder B.empty (Body (need - total) (input : pieces) n acc)))
 
-    -- Where the header line that starts at p ends.
-    lineEnd :: Int -> LineEnd
-    lineEnd p = scan p
-      where
-        scan !i
-          | i - p >= maxLine lim = TooLong
-          | i >= total = Incomplete
-          | c == 13 || c == 10 =
-              if i + 2 - p > maxLine lim then TooLong
-              else if c /= 13 then BadEnd
-              else if i + 1 >= total then Incomplete
-              else if byte (i + 1) /= 10 then BadEnd
-              else EndsAt i
-          | otherwise = scan (i + 1)
-          where c = byte i
-
-    -- The decimal number in [from, to), or 'invalidNumber'.
-    decimalAt :: Int -> Int -> Int
-    decimalAt from to
-      | from < to && byte from == 45 {- '-' -} = let v = digits (from + 1) in if v == invalidNumber then v else negate v
-      | otherwise = digits from
-      where
-        digits start
-          | start >= to || to - start > 18 = invalidNumber
-          | otherwise = go start 0
-        go !i !acc
-          | i == to = acc
-          | d >= 48 && d <= 57 = go (i + 1) (acc * 10 + fromIntegral (d - 48))
-          | otherwise = invalidNumber
-          where d = byte i
-
     isBlank c = c == 32 || c == 9
 
--- | What 'decimalAt' returns for anything but a decimal of at most 18
+-- | What 'decimalIn' returns for anything but a decimal of at most 18
 -- digits (which can never be this).
 invalidNumber :: Int
 invalidNumber = minBound
 
-data LineEnd = Incomplete | TooLong | BadEnd | EndsAt !Int
+-- | Where the header line that starts at p in the input ends, for lines
+-- of at most the given length: the index of its CR, or 'lineIncomplete',
+-- 'lineTooLong' or 'lineBadEnd'. An 'Int' rather than a sum type, and top
+-- level: so the scan returns an unboxed number and allocates nothing (as a
+-- local function of 'feed' returning a constructor it allocated a closure
+-- and a result per header line).
+lineEndIn :: Int -> ByteString -> Int -> Int
+lineEndIn maxLen input p = scan p
+  where
+    total = B.length input
+    scan !i
+      | i - p >= maxLen = lineTooLong
+      | i >= total = lineIncomplete
+      | c == 13 || c == 10 =
+          if i + 2 - p > maxLen then lineTooLong
+          else if c /= 13 then lineBadEnd
+          else if i + 1 >= total then lineIncomplete
+          else if byteAt input (i + 1) /= 10 then lineBadEnd
+          else i
+      | otherwise = scan (i + 1)
+      where c = byteAt input i
+
+lineIncomplete, lineTooLong, lineBadEnd :: Int
+lineIncomplete = -1 -- ^ the line goes on past the input
+lineTooLong = -2    -- ^ the line is longer than allowed
+lineBadEnd = -3     -- ^ a CR not followed by LF, or a bare LF
+
+-- | The decimal number in [from, to) of the input, or 'invalidNumber'.
+decimalIn :: ByteString -> Int -> Int -> Int
+decimalIn input from to
+  | from < to && byteAt input from == 45 {- '-' -} =
+      let v = digits (from + 1) in if v == invalidNumber then v else negate v
+  | otherwise = digits from
+  where
+    digits start
+      | start >= to || to - start > 18 = invalidNumber
+      | otherwise = go start 0
+    go !i !acc
+      | i == to = acc
+      | d >= 48 && d <= 57 = go (i + 1) (acc * 10 + fromIntegral (d - 48))
+      | otherwise = invalidNumber
+      where d = byteAt input i
+{-# INLINE decimalIn #-}
 
 -- Note [Decoding by position]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -242,7 +254,7 @@ data LineEnd = Incomplete | TooLong | BadEnd | EndsAt !Int
 readInteger :: ByteString -> Maybe Int
 readInteger bs
   | B.null bs = Nothing
-  | unsafeIndex bs 0 == 45 {- '-' -} = negate <$> digits 1
+  | byteAt bs 0 == 45 {- '-' -} = negate <$> digits 1
   | otherwise = digits 0
   where
     len = B.length bs
@@ -253,7 +265,7 @@ readInteger bs
       | i == len = Just acc
       | c >= 48 && c <= 57 = go (i + 1) (acc * 10 + fromIntegral (c - 48))
       | otherwise = Nothing
-      where c = unsafeIndex bs i
+      where c = byteAt bs i
 
 -- | A command as a client sends it: a multibulk array of bulk strings.
 encodeCommand :: [ByteString] -> ByteString
@@ -282,8 +294,13 @@ encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
     size (RInt n) = decimalLength n + 3
     size (RBulk s) = decimalLength (B.length s) + B.length s + 5
     size RNil = 5
-    size (RArray xs) = decimalLength (length xs) + 3 + sum (map size xs)
+    size (RArray xs) = elemsSize 0 0 xs
     size RNilArray = 5
+
+    -- An array's header and elements in one strict pass.
+    elemsSize :: Int -> Int -> [Reply] -> Int
+    elemsSize !n !acc [] = decimalLength n + 3 + acc
+    elemsSize n acc (x : rest) = elemsSize (n + 1) (acc + size x) rest
 
     write :: Ptr Word8 -> Reply -> IO (Ptr Word8)
     write p (RSimple s) = poke p 43 >> copy (p `plusPtr` 1) s >>= crlf
@@ -302,8 +319,9 @@ encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
       elems q xs
     write p RNilArray = copy p "*-1\r\n"
 
+    -- (Not withForeignPtr: Note [Reading bytes without keepAlive#].)
     copy p (BI.PS fp off len) = do
-      withForeignPtr fp (\src -> BI.memcpy p (src `plusPtr` off) len)
+      unsafeWithForeignPtr fp (\src -> BI.memcpy p (src `plusPtr` off) len)
       return (p `plusPtr` len)
     crlf p = poke p (13 :: Word8) >> poke (p `plusPtr` 1) (10 :: Word8) >> return (p `plusPtr` 2)
 
@@ -358,11 +376,11 @@ decodeReply inp
       Nothing -> Right Nothing
       Just i
         | i + 1 >= B.length inp -> Right Nothing
-        | unsafeIndex inp (i + 1) /= 10 -> Left "expected CRLF"
+        | byteAt inp (i + 1) /= 10 -> Left "expected CRLF"
         | otherwise -> do
             let body = B.take (i - 1) (B.drop 1 inp)
                 rest = B.drop (i + 2) inp
-            case unsafeIndex inp 0 of
+            case byteAt inp 0 of
               43 -> Right (Just (RSimple body, rest))
               45 -> Right (Just (RError body, rest))
               58 -> maybe (Left "bad integer") (\n -> Right (Just (RInt n, rest))) (readInteger body)

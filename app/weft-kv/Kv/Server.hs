@@ -170,7 +170,11 @@ data Phase
 -- Note [Reply order]. Each key changes atomically, but the command as a
 -- whole does not: another client may see some keys of an MSET updated
 -- and others not yet. Parts on one key (DEL k k) run in argument order,
--- as they share a color.
+-- as they share a color. When all the keys share one color (one key
+-- named several times, or keys that hash alike) the command needs no
+-- joining: one event of that color runs every part in order and encodes
+-- the joined reply, as for a single-key command, and the whole command
+-- is then atomic.
 
 -- | Send when this much output is waiting, even with replies outstanding.
 flushBytes :: Int
@@ -289,7 +293,12 @@ readable env c = do
 -- | A command's work on one color: its sequence number, then the key and
 -- operation of a single-key command, or the keys, operations and their
 -- positions among the command's keys, of a multi-key command.
-data Work = Work !Int !ByteString KeyOp | WorkParts !Int [(Int, ByteString, KeyOp)]
+data Work
+  = Work !Int !ByteString KeyOp
+  | WorkParts !Int [(Int, ByteString, KeyOp)]
+  | WorkAll !Int [(ByteString, KeyOp)] ([Reply] -> Reply)
+    -- ^ A multi-key command whose keys all have this color: its parts
+    -- and their join, done in one go (Note [Multi-key commands]).
 
 -- | What a 'Work' answered: a whole command's encoded reply, or one part
 -- of a multi-key command.
@@ -315,6 +324,10 @@ dispatch env c cmds0 = do
           place c s (encodeReplyChunks r)
           if isQuit cmd then return (True, groups) else go rest groups
         OnKey key op -> go rest (add (keyColor key) (Work s key op) groups)
+        OnKeys parts@((key0, _) : more) joinParts
+          | all ((== color0) . keyColor . fst) more ->
+              go rest (add color0 (WorkAll s parts joinParts) groups)
+          where color0 = keyColor key0
         OnKeys parts joinParts -> do
           modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
           -- The command's parts by color, in argument order within each.
@@ -345,6 +358,10 @@ runWorks env c works = do
       let !chunks = encodeReplyChunks r
       return (Whole s chunks)
     WorkParts s ps -> Parts s <$> mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
+    WorkAll s ps joinParts -> do
+      rs <- mapM (uncurry runOne) ps
+      let !chunks = encodeReplyChunks (joinParts rs)
+      return (Whole s chunks)
   post (envRuntime env) (connColor c) hReply (resultsArrived env c results)
 
 takeSeq :: Conn -> IO Int

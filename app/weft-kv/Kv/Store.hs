@@ -25,12 +25,16 @@ import Control.Monad (forM_, when)
 import Data.Bits (shiftR, xor, (.&.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import Foreign.Ptr (Ptr, plusPtr)
+import Foreign.Storable (peekByteOff)
+import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Data.IORef
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as Set
-import Data.Word (Word8, Word32, Word64)
+import Data.Word (Word8, Word64)
 import GHC.Clock (getMonotonicTimeNSec)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
@@ -54,13 +58,34 @@ import Kv.Resp (Reply)
 colorCount :: Int
 colorCount = 65536
 
--- | The color of a key: its 32-bit FNV-1a hash folded to 16 bits.
+-- | The color of a key: a 64-bit FNV-style hash of its bytes, taken eight
+-- at a time (then the tail byte by byte), mixed and cut to 16 bits. Word-wise,
+-- because a key's color is computed for every command on it: byte-wise
+-- FNV-1a was a tenth of weft-kv's instructions under MSET (callgrind).
 keyColor :: ByteString -> Int
-keyColor key = fold (B.foldl' step 2166136261 key)
-  where
-    step :: Word32 -> Word8 -> Word32
-    step h c = (h `xor` fromIntegral c) * 16777619
-    fold h = fromIntegral ((h `xor` (h `shiftR` 16)) .&. 0xffff)
+keyColor (BI.PS fp off len) =
+  BI.accursedUnutterablePerformIO $ unsafeWithForeignPtr fp $ \base -> do
+    let p = base `plusPtr` off :: Ptr Word8
+        wordsEnd = len - len `rem` 8
+        mix :: Word64 -> Word64 -> Word64
+        mix h x = (h `xor` x) * 1099511628211
+        goWords !i !h
+          | i >= wordsEnd = goBytes i h
+          | otherwise = do
+              w <- peekByteOff p i :: IO Word64
+              goWords (i + 8) (mix h w)
+        goBytes !i !h
+          | i >= len = return h
+          | otherwise = do
+              b <- peekByteOff p i :: IO Word8
+              goBytes (i + 1) (mix h (fromIntegral b))
+    h <- goWords 0 (14695981039346656037 `xor` fromIntegral len)
+    -- A 64-bit avalanche (MurmurHash3's finaliser), so that every input
+    -- bit reaches the low 16: 200,000 keys of the form key:%012d land on
+    -- 62,389 colors, as many as uniform random colors would.
+    let f1 = (h `xor` (h `shiftR` 33)) * 0xff51afd7ed558ccd
+        f2 = (f1 `xor` (f1 `shiftR` 33)) * 0xc4ceb9fe1a85ec53
+    return (fromIntegral ((f2 `xor` (f2 `shiftR` 33)) .&. 0xffff))
 
 ------------------------------------------------------------------------------
 -- Values
