@@ -247,12 +247,7 @@ forwardRun secs arm batch = do
             s = fromMaybe secs (Map.lookup "seconds" kv)
             -- jiffies are 10 ms; the share of core 0 busy over the run
             busySecs = fromIntegral (b1 - b0) / fromIntegral (max 1 (t1 - t0)) * s
-            rts = rtsStats err
-            gcShare = do
-              g <- Map.lookup "GC_cpu_seconds" rts
-              m <- Map.lookup "mut_cpu_seconds" rts
-              pure (100 * g / max 1e-9 (g + m))
-            alloc = (/ max 1 fwd) <$> Map.lookup "bytes allocated" rts
+            (gcShare, alloc) = gcAndAlloc (rtsStats err) fwd
         pure Run { runMpps = fwd / s / 1e6
                  , runGenMpps = fromIntegral (genAfter - genBefore) / s / 1e6
                  , runCoreNs = busySecs * 1e9 / max 1 fwd
@@ -274,6 +269,16 @@ summary out = case [ l | l <- lines out, "summary " `isPrefixOf` l ] of
   (l : _) -> Just (Map.fromList [ (k, v) | w <- words (drop 8 l), (k, '=' : s) <- [break (== '=') w]
                                          , [(v, "")] <- [reads s] ])
   [] -> Nothing
+
+-- | From a run's @+RTS -t --machine-readable@ statistics and the packets
+-- it forwarded: the GC's share of its CPU time (%) and the bytes it
+-- allocated per packet.
+gcAndAlloc :: Map.Map String Double -> Double -> (Maybe Double, Maybe Double)
+gcAndAlloc st packets =
+  ( do g <- Map.lookup "GC_cpu_seconds" st
+       m <- Map.lookup "mut_cpu_seconds" st
+       pure (100 * g / max 1e-9 (g + m))
+  , (/ max 1 packets) <$> Map.lookup "bytes allocated" st )
 
 -- | GHC's @-t --machine-readable@ statistics: lines @ [("name", "value")@,
 -- then @ ,("name", "value")@.
@@ -425,12 +430,7 @@ modelRun secs arm batch = do
     (_, Just kv) ->
       let fwd = fromMaybe 0 (Map.lookup "forwarded" kv)
           s = fromMaybe secs (Map.lookup "seconds" kv)
-          st = rtsStats err
-          gc = do
-            g <- Map.lookup "GC_cpu_seconds" st
-            m <- Map.lookup "mut_cpu_seconds" st
-            pure (100 * g / max 1e-9 (g + m))
-          alloc = (/ max 1 fwd) <$> Map.lookup "bytes allocated" st
+          (gc, alloc) = gcAndAlloc (rtsStats err) fwd
       in Right (fwd / s / 1e6, if arm == HaskellLoop then gc else Nothing
                , if arm == HaskellLoop then alloc else Nothing)
 
