@@ -31,7 +31,14 @@
 #define PACKET_FANOUT_FLAG_UNIQUEID 0x2000
 #endif
 
-#define NEG_ERRNO(r) ((r) < 0 ? -(long)errno : (long)(r))
+/* A syscall's result, or -errno if it failed. A function, not a macro: a
+ * macro would evaluate its argument twice, and NEG_ERRNO(close(fd)) once
+ * closed fd twice, the second time possibly another thread's new fd. */
+static inline long neg_errno(long r)
+{
+    return r < 0 ? -(long)errno : r;
+}
+#define NEG_ERRNO(r) neg_errno((long)(r))
 
 /* The interface's index, or -errno (-ENODEV when there is none). */
 long weft_afp_ifindex(const char *name)

@@ -25,7 +25,11 @@ import System.Process (readProcessWithExitCode)
 import qualified System.Timeout as GHC
 import Test.Hspec
 
-import Support (within)
+import Foreign.C.Types (CInt (..), CLong (..))
+import System.Posix.IO (closeFd)
+import System.Posix.Types (Fd (..))
+
+import Support (newPipe, within)
 import Weft.Packet.AfPacket
 import Weft.Packet.Device
 import Weft.Packet.Headers (parseMac, peekBE16, pokeBE16, peekBE32, pokeBE32)
@@ -33,6 +37,13 @@ import Weft.Packet.MemPool
 
 spec :: Spec
 spec = describe "AfPacket" $ do
+  it "closes an fd exactly once (a second close would report EBADF, or close another thread's new fd)" $ do
+    (r, w) <- newPipe
+    let Fd raw = r
+    c_afp_close raw `shouldReturn` 0
+    c_afp_close raw `shouldReturn` (-9) -- EBADF: it was closed, once
+    closeFd w
+
   it "reports a missing interface as DeviceInitFailed" $ do
     r <- try (openAfPacket defaultAfPacketConfig "wtnosuch0" 1)
     case r of
@@ -400,3 +411,5 @@ withVeth act = do
           (c, _, e) <- ip ["link", "set", i, "up"]
           when (c /= ExitSuccess) $ expectationFailure ("ip link set up: " ++ e)
         act (a, b)
+
+foreign import ccall unsafe "weft_afp_close" c_afp_close :: CInt -> IO CLong
