@@ -252,20 +252,9 @@ decimalIn input from to
 -- | A decimal integer with an optional @-@, nothing else, at most 18
 -- digits (so it cannot overflow an 'Int').
 readInteger :: ByteString -> Maybe Int
-readInteger bs
-  | B.null bs = Nothing
-  | byteAt bs 0 == 45 {- '-' -} = negate <$> digits 1
-  | otherwise = digits 0
-  where
-    len = B.length bs
-    digits start
-      | start >= len || len - start > 18 = Nothing
-      | otherwise = go start 0
-    go !i !acc
-      | i == len = Just acc
-      | c >= 48 && c <= 57 = go (i + 1) (acc * 10 + fromIntegral (c - 48))
-      | otherwise = Nothing
-      where c = byteAt bs i
+readInteger bs = case decimalIn bs 0 (B.length bs) of
+  n | n == invalidNumber -> Nothing
+    | otherwise -> Just n
 
 -- | A command as a client sends it: a multibulk array of bulk strings.
 encodeCommand :: [ByteString] -> ByteString

@@ -26,16 +26,16 @@ import Data.Bits (shiftR, xor, (.&.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import Foreign.Ptr (Ptr, plusPtr)
-import Foreign.Storable (peekByteOff)
-import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Data.IORef
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as Set
 import Data.Word (Word8, Word64)
+import Foreign.Ptr (Ptr, plusPtr)
+import Foreign.Storable (peekByteOff)
 import GHC.Clock (getMonotonicTimeNSec)
+import GHC.ForeignPtr (unsafeWithForeignPtr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
