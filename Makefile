@@ -11,7 +11,9 @@ CABAL := env CABAL_DIR=$(CABAL_HOME) cabal --config-file=$(CURDIR)/cabal.config
 DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
                 libghc-primitive-dev libghc-async-dev \
                 libghc-network-dev gcc make wrk nginx-light gnuplot-nox \
-                redis-server redis-tools iproute2 util-linux
+                redis-server redis-tools iproute2 util-linux \
+                libghc-warp-dev libghc-wai-dev libghc-http-types-dev \
+                libghc-streaming-commons-dev nghttp2-client curl
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin
@@ -33,12 +35,14 @@ deps:
 build: deps
 	@mkdir -p $(CABAL_HOME) $(BIN)
 	$(CABAL) v2-build all --offline
-	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong weft-sws weft-kv weft-fwd weft-pktgen weft-pktcheck; do \
+	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong weft-sws weft-kv weft-fwd weft-pktgen weft-pktcheck \
+	           weft-warp-test weft-warp-pong; do \
 	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
 	$(MAKE) -s -C bench/c OUT=$(BIN)
 
 test: build
 	$(BIN)/weft-test +RTS -N2 -RTS
+	$(BIN)/weft-warp-test +RTS -N2 -RTS
 
 bench: build
 	$(BIN)/weft-bench all

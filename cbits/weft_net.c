@@ -19,6 +19,7 @@
 #include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -68,14 +69,24 @@ long weft_net_send(int64_t *g, int fd, const void *buf, size_t len)
 }
 
 /* A gather write; sendmsg rather than writev so that a closed peer gives
- * EPIPE and never SIGPIPE. */
-long weft_net_sendv(int64_t *g, int fd, struct iovec *iov, int count)
+ * EPIPE and never SIGPIPE. With more set, MSG_MORE tells TCP that more
+ * data follows at once (a file after its header), so a partial segment is
+ * held back for it instead of going out alone. */
+long weft_net_sendv(int64_t *g, int fd, struct iovec *iov, int count, int more)
 {
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = iov;
     msg.msg_iovlen = (size_t)count;
-    GUARDED(g, sendmsg(fd, &msg, MSG_NOSIGNAL));
+    GUARDED(g, sendmsg(fd, &msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0)));
+}
+
+/* One sendfile(2) of at most count bytes of file, from offset, to the
+ * socket. The file is not guarded: its owner keeps it open for the call. */
+long weft_net_sendfile(int64_t *g, int fd, int file, int64_t offset, size_t count)
+{
+    off_t off = (off_t)offset;
+    GUARDED(g, sendfile(fd, file, &off, count));
 }
 
 long weft_net_accept(int64_t *g, int fd, struct sockaddr *addr, socklen_t *len)

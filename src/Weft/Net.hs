@@ -29,6 +29,8 @@ module Weft.Net
   , send
   , sendAll
   , sendMany
+  , sendManyMore
+  , sendFile
   , shutdownSend
     -- * Without waiting
     -- | For event-driven code that waits for readiness itself (e.g. with
@@ -58,6 +60,7 @@ module Weft.Net
   , defaultServerConfig
   , serve
   , acceptLoop
+  , acceptPatiently
   ) where
 
 import Control.Concurrent
@@ -67,6 +70,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
+import Data.Int (Int64)
 import Data.Word (Word8)
 import Foreign.C.Error
 import Foreign.C.Types
@@ -311,15 +315,45 @@ sendMany :: Socket -> [B.ByteString] -> IO ()
 sendMany s chunks = case filter (not . B.null) chunks of
   [] -> return ()
   [one] -> sendAll s one
-  many -> go many
+  many -> sendGatheredAll False s many
+
+-- | 'sendMany', flagged @MSG_MORE@: more data follows at once (a file sent
+-- with 'sendFile' after its header, say), so the kernel holds a partial
+-- segment back for it instead of sending it alone. The next send without
+-- the flag (or a 'sendFile') pushes it out.
+sendManyMore :: Socket -> [B.ByteString] -> IO ()
+sendManyMore s chunks = case filter (not . B.null) chunks of
+  [] -> return ()
+  many -> sendGatheredAll True s many
+
+sendGatheredAll :: Bool -> Socket -> [B.ByteString] -> IO ()
+sendGatheredAll more s = go
   where
     go [] = return ()
     go bss = do
       let loop = do
-            r <- sendGathered s bss
+            r <- sendGathered more s bss
             if r >= 0 then return (fromIntegral r) else retryOrThrow "sendMany" Writing s r loop
       sent <- loop
       go (dropBytes sent bss)
+
+-- | Send at most @count@ bytes (which must be positive) of the file from
+-- byte @offset@ with @sendfile(2)@, blocking (in weft) until the socket
+-- takes at least one: how many it took, or 0 if the file has no bytes at
+-- @offset@ (it is shorter than expected). The file's offset is not moved,
+-- so one file may be sent to several sockets at once. Throws an 'IOError'
+-- as 'send' does, or with the errno of @sendfile@ (e.g. @EINVAL@ for an
+-- fd that is not a regular file).
+sendFile :: Socket -> Fd -> Int64 -> Int64 -> IO Int64
+sendFile s file offset count
+  | count <= 0 = throwIO (invalid "sendFile" "the byte count must be positive")
+  | otherwise = loop
+  where
+    -- Linux sends at most this much per call anyway.
+    chunk = min count 0x7ffff000
+    loop = do
+      r <- sendFileRaw s file offset chunk
+      if r >= 0 then return (fromIntegral r) else retryOrThrow "sendfile" Writing s r loop
 
 -- | Drop the first @k@ bytes of a list of strings.
 dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
@@ -328,9 +362,10 @@ dropBytes k (b : bs)
   | k >= B.length b = dropBytes (k - B.length b) bs
   | otherwise = B.drop k b : bs
 
--- | One @sendmsg@ of the first 'maxIov' strings: bytes sent, or -errno.
-sendGathered :: Socket -> [B.ByteString] -> IO CLong
-sendGathered s bss = do
+-- | One @sendmsg@ of the first 'maxIov' strings (flagged @MSG_MORE@ if
+-- asked): bytes sent, or -errno.
+sendGathered :: Bool -> Socket -> [B.ByteString] -> IO CLong
+sendGathered more s bss = do
   let batch = take maxIov bss
       count = length batch
   r <- allocaBytes (count * iovSize) $ \iov -> do
@@ -338,7 +373,7 @@ sendGathered s bss = do
       let entry = iov `plusPtr` (i * iovSize)
       pokeByteOff entry 0 (unsafeForeignPtrToPtr fp `plusPtr` off)
       pokeByteOff entry 8 (fromIntegral len :: CSize)
-    sendVector s iov count
+    sendVector s iov count more
   mapM_ (\(BI.PS fp _ _) -> touchForeignPtr fp) batch
   return r
   where
@@ -414,7 +449,7 @@ trySendMany s chunks = case filter (not . B.null) chunks of
   bss -> do
     r <- case bss of
       [one] -> BU.unsafeUseAsCStringLen one $ \(p, n) -> sendBuf s (castPtr p) n
-      _ -> sendGathered s bss
+      _ -> sendGathered False s bss
     if r >= 0 then return (Just (fromIntegral r))
       else if r == negate (errnoLong eAGAIN) then return Nothing
       else if r == negate (errnoLong eINTR) then trySendMany s bss
@@ -517,11 +552,13 @@ toNetworkSocket s = do
     Just raw -> N.mkSocket raw
 
 -- | Take a socket over from @network@, which gives it up (the 'N.Socket'
--- is closed; weft owns a duplicate of its fd, set non-blocking).
+-- is closed; weft owns a duplicate of its fd, set non-blocking and
+-- close-on-exec).
 fromNetworkSocket :: N.Socket -> IO Socket
 fromNetworkSocket ns = do
   raw <- N.socketToFd ns
   N.setNonBlockIfNeeded raw
+  N.setCloseOnExecIfNeeded raw
   newSocket raw
 
 ------------------------------------------------------------------------------
@@ -616,14 +653,19 @@ serve cfg addr handler = do
     ignore _ = return ()
 
 -- | Accept connections for ever and hand each to the action (which should
--- fork). Rides out fd exhaustion: on @EMFILE@, @ENFILE@, @ENOBUFS@ or
--- @ENOMEM@ it reports once per burst on stderr, backs off (1 ms, doubling
--- to 100 ms) and tries again, so connections already open keep being
--- served and accepting resumes when fds free up. Connections that fail
--- before they are accepted (@ECONNABORTED@, @EPROTO@, @EPERM@) are
--- skipped. Other errors (the listener was closed) are thrown.
+-- fork), with 'acceptPatiently'. Throws what that throws.
 acceptLoop :: Socket -> ((Socket, SockAddr) -> IO ()) -> IO ()
-acceptLoop l handOff = go Nothing
+acceptLoop l handOff = forever (acceptPatiently l >>= handOff)
+
+-- | 'accept', riding out fd exhaustion: on @EMFILE@, @ENFILE@, @ENOBUFS@ or
+-- @ENOMEM@ it reports once per burst on stderr, backs off in weft (1 ms,
+-- doubling to 100 ms) and tries again, so connections already open keep
+-- being served and accepting resumes when fds free up. Connections that
+-- fail before they are accepted (@ECONNABORTED@, @EPROTO@, @EPERM@) are
+-- skipped. Other errors are thrown (e.g. @EBADF@ once the listener is
+-- closed).
+acceptPatiently :: Socket -> IO (Socket, SockAddr)
+acceptPatiently l = go Nothing
   where
     go backoff = do
       r <- try (accept l)
@@ -631,8 +673,7 @@ acceptLoop l handOff = go Nothing
         Right conn -> do
           when (backoff /= Nothing) $
             hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed")
-          handOff conn
-          go Nothing
+          return conn
         Left e
           | errnoIs e exhaustion -> do
               when (backoff == Nothing) $ hPutStrLn stderr

@@ -5,7 +5,7 @@
 module Test.Net (spec, withWeftServer, recvExactly, connectClient, countFds) where
 
 import Control.Concurrent
-import Control.Concurrent.Async (forConcurrently_, mapConcurrently)
+import Control.Concurrent.Async (async, forConcurrently_, mapConcurrently, wait)
 import Control.Exception
 import Control.Monad
 import qualified Data.ByteString as B
@@ -16,6 +16,9 @@ import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import qualified System.Timeout as GHC
+import System.Directory (getTemporaryDirectory, removeFile)
+import System.FilePath ((</>))
+import System.Posix.IO (OpenMode (ReadOnly), closeFd, defaultFileFlags, openFd)
 import Test.Hspec
 
 import Support
@@ -294,6 +297,34 @@ spec kind = describe "Weft.Net" $ do
                    | otherwise = W.recv srv 65536 >>= \b -> loop (b : acc) (n + B.length b)
     got <- within 10 "all bytes" (loop [] 0)
     got `shouldBe` expected
+
+  it "sendFile sends a header and a file range, waiting while the peer is slow; 0 past the end" $
+    withPair $ \(c, srv) -> do
+      tmp <- getTemporaryDirectory
+      let path = tmp </> "weft-test-sendfile"
+          content = B.pack [ fromIntegral (i * 31 `mod` 253) | i <- [0 .. 2000000 :: Int] ]
+          from = 12345
+          count = B.length content - from - 100
+      B.writeFile path content
+      (`finally` removeFile path) $ bracket (openFd path ReadOnly Nothing defaultFileFlags) closeFd $ \fd -> do
+        sender <- async $ do
+          W.sendManyMore c [BC.pack "head", BC.pack "er:"]
+          let go off left = when (left > 0) $ do
+                k <- W.sendFile c fd off left
+                when (k <= 0) (throwIO (userError "file ended early"))
+                go (off + k) (left - k)
+          go (fromIntegral from) (fromIntegral count)
+          -- Past the end of the file there is nothing to send.
+          W.sendFile c fd (fromIntegral (B.length content)) 10
+        -- The reader starts late, so the sender must wait for buffer room.
+        threadDelay 50000
+        let total = 7 + count
+            loop acc n | n >= total = return (B.concat (reverse acc))
+                       | otherwise = W.recv srv 65536 >>= \b -> loop (b : acc) (n + B.length b)
+        got <- within 10 "all bytes" (loop [] 0)
+        got `shouldBe` (BC.pack "header:" <> B.take count (B.drop from content))
+        within 5 "sender" (wait sender) `shouldReturn` 0
+        W.sendFile c fd 0 0 `shouldThrow` (\e -> ioe_type e == InvalidArgument)
 
   it "tryAccept says would-block with nothing pending, then takes a pending connection" $ do
     l <- W.listen loopback

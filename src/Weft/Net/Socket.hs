@@ -31,6 +31,7 @@ module Weft.Net.Socket
   , recvBuf
   , sendBuf
   , sendVector
+  , sendFileRaw
   , acceptRaw
   , connectRaw
   , shutdownRaw
@@ -64,6 +65,7 @@ import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad
 import Data.IORef
+import Data.Int (Int64)
 import Data.Word (Word8, Word64)
 import Foreign.C.Error
 import Foreign.C.Types
@@ -130,9 +132,16 @@ sendBuf :: Socket -> Ptr Word8 -> Int -> IO CLong
 sendBuf s p n = c_send (guardArr s) (sockFd s) p (fromIntegral n)
 {-# INLINE sendBuf #-}
 
--- | A gather write of @count@ iovecs.
-sendVector :: Socket -> Ptr () -> Int -> IO CLong
-sendVector s iov count = c_sendv (guardArr s) (sockFd s) iov (fromIntegral count)
+-- | A gather write of @count@ iovecs; with @more@, flagged @MSG_MORE@
+-- (more data follows at once).
+sendVector :: Socket -> Ptr () -> Int -> Bool -> IO CLong
+sendVector s iov count more =
+  c_sendv (guardArr s) (sockFd s) iov (fromIntegral count) (if more then 1 else 0)
+
+-- | One @sendfile@ of at most @count@ bytes of the file from @offset@.
+sendFileRaw :: Socket -> Fd -> Int64 -> Int64 -> IO CLong
+sendFileRaw s (Fd file) offset count =
+  c_sendfile (guardArr s) (sockFd s) file offset (fromIntegral count)
 
 acceptRaw :: Socket -> Ptr () -> Ptr CInt -> IO CLong
 acceptRaw s = c_accept (guardArr s) (sockFd s)
@@ -347,7 +356,9 @@ foreign import ccall unsafe "weft_net_recv"
 foreign import ccall unsafe "weft_net_send"
   c_send :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CSize -> IO CLong
 foreign import ccall unsafe "weft_net_sendv"
-  c_sendv :: MutableByteArray# RealWorld -> CInt -> Ptr () -> CInt -> IO CLong
+  c_sendv :: MutableByteArray# RealWorld -> CInt -> Ptr () -> CInt -> CInt -> IO CLong
+foreign import ccall unsafe "weft_net_sendfile"
+  c_sendfile :: MutableByteArray# RealWorld -> CInt -> CInt -> Int64 -> CSize -> IO CLong
 foreign import ccall unsafe "weft_net_accept"
   c_accept :: MutableByteArray# RealWorld -> CInt -> Ptr () -> Ptr CInt -> IO CLong
 foreign import ccall unsafe "weft_net_connect"

@@ -1,0 +1,208 @@
+{-# LANGUAGE RankNTypes #-}
+-- | Run a WAI application on weft: warp's API, with every connection's
+-- accept, receive, send, file send and close going through weft's sockets
+-- ("Weft.Net") and weft's per-capability managers.
+--
+-- Porting a warp application is an import change: replace
+--
+-- > import Network.Wai.Handler.Warp
+--
+-- with
+--
+-- > import Weft.Warp
+--
+-- This module exports everything "Network.Wai.Handler.Warp" (warp 3.3)
+-- exports, with the same names and types. Warp parses the requests, runs
+-- the application and writes the responses (HTTP\/1.1 and HTTP\/2) exactly
+-- as it always does; what changes is underneath:
+--
+-- * The listening socket is taken over by weft. Accepting waits in weft and
+--   rides out fd exhaustion (@EMFILE@, @ENFILE@) with a back-off in weft
+--   instead of warp's busy retry ('Weft.Net.acceptPatiently').
+-- * Each connection's 'Connection' is built on a weft socket: receives,
+--   sends, gather sends, @sendfile(2)@ for 'Network.Wai.responseFile', and
+--   the (graceful) close. None of its waits reaches GHC's I/O manager.
+-- * Connections are placed on the capabilities round-robin, by this
+--   module's 'defaultSettings' (its 'settingsFork'), and stay there.
+-- * The connection timeouts ('setTimeout') run on one timeout manager per
+--   capability instead of one shared by all
+--   (Note [Per-capability timeout managers] in
+--   "Weft.Warp.Internal.TimeoutManager"); their semantics are warp's: an
+--   idle connection is closed after between one and two timeout periods.
+--
+-- What still runs on GHC's own I/O manager and timers: warp's date-cache
+-- thread (about one 'threadDelay' a second under load), the reapers of the
+-- timeout managers (one wakeup per period per capability), the optional fd
+-- and file-info caches, the timeout of a graceful shutdown, and whatever
+-- I\/O the application does itself. Reading regular files (for HTTP\/2
+-- file responses) blocks a capability briefly, as with stock warp.
+--
+-- Settings are honoured as in warp, with two that change meaning:
+--
+-- * 'setFork': the default (this module's 'defaultSettings') forks each
+--   connection onto the next capability, round-robin. A custom fork
+--   replaces that placement; the connection still uses weft's sockets.
+--   Settings built from warp's own @defaultSettings@ keep warp's fork (the
+--   RTS places the threads).
+-- * 'setManager': a custom timeout manager is used as given, shared by
+--   all capabilities; without one, weft-warp makes one per capability.
+--
+-- 'setInstallShutdownHandler' receives an action that closes weft's
+-- listening socket; warp then stops accepting, waits for the open
+-- connections (at most 'setGracefulShutdownTimeout') and returns, as it
+-- does on stock warp.
+module Weft.Warp
+  ( -- * Running an application
+    run
+  , runEnv
+  , runSettings
+  , runSettingsSocket
+    -- * Settings
+  , defaultSettings
+    -- * Testing
+  , withApplication
+  , withApplicationSettings
+  , testWithApplication
+  , testWithApplicationSettings
+    -- * Everything else, as warp has it
+  , module Network.Wai.Handler.Warp
+  ) where
+
+import Control.Concurrent
+import Control.Concurrent.Async (race)
+import Control.Exception
+import Control.Monad (void, when)
+import Data.IORef
+import Data.Streaming.Network (bindPortTCP)
+import Network.Socket (Socket)
+import qualified Network.Socket as N
+import Network.Wai (Application)
+import Network.Wai.Handler.Warp hiding
+  ( run, runEnv, runSettings, runSettingsSocket, defaultSettings
+  , withApplication, withApplicationSettings, testWithApplication, testWithApplicationSettings )
+import qualified Network.Wai.Handler.Warp as Warp
+import Network.Wai.Handler.Warp.Internal
+  (Settings (..), Transport (TCP), runSettingsConnectionMakerSecure)
+import System.Environment (lookupEnv)
+import System.IO.Unsafe (unsafePerformIO)
+
+import Weft.Event (startSystemManagers)
+import qualified Weft.Net as Net
+import Weft.Warp.Internal.Connection (weftConnection)
+import Weft.Warp.Internal.TimeoutManager (withTimeoutManagers)
+
+-- | warp's default settings, with connections forked onto the capabilities
+-- round-robin. Use it (rather than warp's) so connections are spread
+-- evenly and stay on their capability.
+defaultSettings :: Settings
+defaultSettings = Warp.defaultSettings { settingsFork = forkRoundRobin }
+
+-- | Fork onto the next capability, for good.
+forkRoundRobin :: ((forall a. IO a -> IO a) -> IO ()) -> IO ()
+forkRoundRobin io = do
+  caps <- getNumCapabilities
+  cap <- atomicModifyIORef' nextCapability (\i -> ((i + 1) `rem` caps, i))
+  void (forkOnWithUnmask cap io)
+
+-- | The capability the next connection goes to (only accepting threads
+-- touch it).
+{-# NOINLINE nextCapability #-}
+nextCapability :: IORef Int
+nextCapability = unsafePerformIO (newIORef 0)
+
+-- | Run an application on the given port (on all interfaces), with
+-- 'defaultSettings'. Throws an 'IOError' if the port cannot be bound.
+run :: Port -> Application -> IO ()
+run port = runSettings (setPort port defaultSettings)
+
+-- | Run an application on the port in the @PORT@ environment variable, or
+-- on the given port if it is not set; with 'defaultSettings'. Throws an
+-- 'IOError' ('userError') if @PORT@ is not a number.
+runEnv :: Port -> Application -> IO ()
+runEnv port app = do
+  var <- lookupEnv "PORT"
+  case var of
+    Nothing -> run port app
+    Just text -> case reads text of
+      ((p, "") : _) -> run p app
+      _ -> ioError (userError ("Weft.Warp.runEnv: invalid value in $PORT: " ++ text))
+
+-- | Run an application with the given settings: bind the settings' host
+-- and port (as warp does, with @SO_REUSEADDR@), then 'runSettingsSocket'.
+-- Returns after a shutdown ('setInstallShutdownHandler'). Throws an
+-- 'IOError' if the address cannot be bound.
+runSettings :: Settings -> Application -> IO ()
+runSettings set app =
+  bracket (bindPortTCP (settingsPort set) (settingsHost set)) N.close $ \sock ->
+    runSettingsSocket set sock app
+
+-- | Serve an application on a listening socket. weft takes the socket
+-- over: it is closed here (weft owns a duplicate of its fd, which it
+-- closes when serving ends), so closing it afterwards does nothing. To
+-- stop the server, use 'setInstallShutdownHandler' (graceful: open
+-- connections are waited for, at most 'setGracefulShutdownTimeout'), or
+-- kill the thread (abrupt, as with warp). Starts weft's managers on every
+-- capability first, so running out of fds later cannot keep one from
+-- starting. Throws an 'IOError' if that fails.
+runSettingsSocket :: Settings -> Socket -> Application -> IO ()
+runSettingsSocket set0 sock app = do
+  startSystemManagers
+  listener <- Net.fromNetworkSocket sock
+  (`finally` Net.close listener) $ do
+    settingsInstallShutdownHandler set0 (Net.close listener)
+    withTimeouts set0 $ \set ->
+      runSettingsConnectionMakerSecure set (acceptOne set listener) app
+  where
+    acceptOne set listener = do
+      (s, peer) <- Net.acceptPatiently listener
+      return (makeConnection set s, peer)
+    -- Runs on the connection's own thread, masked: warp closes the
+    -- connection it returns; if it throws, the socket is closed here.
+    makeConnection set s = (`onException` Net.close s) $ do
+      -- Fails on a Unix-domain socket: harmless.
+      Net.setNoDelay s True `catch` \e -> const (return ()) (e :: IOException)
+      conn <- weftConnection set s
+      return (conn, TCP)
+
+-- | The settings with per-capability timeout managers, unless the user
+-- gave a manager.
+withTimeouts :: Settings -> (Settings -> IO a) -> IO a
+withTimeouts set act = case settingsManager set of
+  Just _ -> act set
+  Nothing -> withTimeoutManagers (settingsTimeout set * 1000000) $ \mgr ->
+    act set { settingsManager = Just mgr }
+
+-- | Run the application on a free loopback port while the action runs,
+-- with 'defaultSettings'; the action gets the port. The server starts
+-- before the action and is stopped (abruptly) after it.
+withApplication :: IO Application -> (Port -> IO a) -> IO a
+withApplication = withApplicationSettings defaultSettings
+
+-- | 'withApplication' with settings. Throws 'ErrorCall' if the server
+-- stops on its own before the action returns.
+withApplicationSettings :: Settings -> IO Application -> (Port -> IO a) -> IO a
+withApplicationSettings set0 mkApp action = do
+  app <- mkApp
+  bracket openFreePort (N.close . snd) $ \(port, sock) -> do
+    started <- newEmptyMVar
+    let set = set0 { settingsBeforeMainLoop = putMVar started () >> settingsBeforeMainLoop set0 }
+    result <- race (runSettingsSocket set sock app) (takeMVar started >> action port)
+    case result of
+      Left () -> throwIO (ErrorCall "Weft.Warp.withApplication: the server stopped")
+      Right x -> return x
+
+-- | 'withApplication', where an exception the application throws (one
+-- 'defaultShouldDisplayException' would show) is also thrown to the
+-- calling thread, so a test fails with it.
+testWithApplication :: IO Application -> (Port -> IO a) -> IO a
+testWithApplication = testWithApplicationSettings defaultSettings
+
+-- | 'testWithApplication' with settings.
+testWithApplicationSettings :: Settings -> IO Application -> (Port -> IO a) -> IO a
+testWithApplicationSettings set mkApp action = do
+  caller <- myThreadId
+  app <- mkApp
+  let checked req respond = app req respond `catch` \e -> do
+        when (defaultShouldDisplayException e) (throwTo caller e)
+        throwIO e
+  withApplicationSettings set (return checked) action
