@@ -14,6 +14,7 @@ import Bench.Net
 import Bench.Packet (packetMain, packetModelChild)
 import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
+import Bench.Warp (warpBench)
 import Bench.Wait (waitChild, waitMain)
 
 main :: IO ()
@@ -31,6 +32,7 @@ main = do
     ("echo" : rest) -> () <$ echoBench (parseSettings rest)
     ("pong" : rest) -> () <$ pongBench (parseSettings rest)
     ("idle" : rest) -> () <$ idleBench (parseSettings rest)
+    ("warp" : rest) -> () <$ warpBench (parseSettings rest)
     ("sws" : rest) -> () <$ uncurry swsBench (parseSwsArgs rest)
     ("kv" : rest) -> () <$ kvMain rest
     ("packet" : rest) -> () <$ packetMain rest
@@ -44,6 +46,8 @@ main = do
         , "  echo    one-connection ping-pong latency: GHC non-threaded, GHC threaded, weft, C"
         , "  pong    HTTP keep-alive pong under wrk: weft, GHC's manager, nginx"
         , "  idle    64 active connections beside 0..20k idle ones: weft, GHC's manager"
+        , "  warp    a WAI pong on Weft.Warp vs stock warp vs nginx under wrk (-N1, -N2), and HTTP/2"
+        , "          under h2load: Weft.Warp vs stock warp"
         , "  sws     a 1 KiB file under wrk: weft-sws (Weft.Color) under every policy, weft-pong,"
         , "          nginx (option: --quick, 64 connections only)"
         , "  wait    pipe ping-pong of fd waits (options: --reps N --round-trips N --caps 1,2)"
@@ -81,6 +85,7 @@ runAll st = do
     , ("echo: one-connection round trip", echoBench st)
     , ("pong: HTTP keep-alive under wrk", pongBench st)
     , ("idle: 64 active connections beside idle ones", idleBench st)
+    , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
     , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
     , ("wait: fd waits in one process", waitMain waitArgs)
     , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)

@@ -37,6 +37,9 @@ module Bench.Net
   , startServer
   , stopServer
   , cpuTicks
+  , measureOutput
+  , pongLocation
+  , clientCores
   ) where
 
 import Control.Concurrent
@@ -201,10 +204,21 @@ data Sample = Sample
   , smP99 :: !Double, smP999 :: !Double, smRss :: !Double, smErrors :: !Double }
 
 -- | Run a load generator against a server (the client command line is
--- complete); the server's CPU is read once the warm-up is over and again
--- when the client exits. @midway@ runs halfway through the measured window.
+-- complete) and parse its key=value report; see 'measureOutput'.
 measure :: Server -> Double -> Double -> [String] -> IO (Map.Map String Double, Double, Double)
 measure srv warmup duration clientCmd = do
+  (output, cpu, rss) <- measureOutput srv warmup duration clientCmd
+  let kv = Map.fromList [ (k, read v) | w <- words output, (k, '=' : v) <- [break (== '=') w]
+                                      , [(_, "")] <- [reads v :: [(Double, String)]] ]
+  unless (Map.member "requests" kv) $
+    die' ("load generator printed no report: " ++ unwords clientCmd ++ "\n" ++ output)
+  return (kv, cpu, rss)
+
+-- | Run a load generator against a server: its output, the server's CPU
+-- time in microseconds from the end of the warm-up to the client's exit,
+-- and the server's RSS halfway through. Exits if the client fails.
+measureOutput :: Server -> Double -> Double -> [String] -> IO (String, Double, Double)
+measureOutput srv warmup duration clientCmd = do
   (_, Just out, Just err, ph) <- createProcess (proc (head clientCmd) (tail clientCmd))
     { std_out = CreatePipe, std_err = CreatePipe }
   errText <- newEmptyMVar
@@ -218,11 +232,9 @@ measure srv warmup duration clientCmd = do
   code <- waitForProcess ph
   c1 <- cpuTicks (srvPid srv)
   errs <- takeMVar errText
-  let kv = Map.fromList [ (k, read v) | w <- words output, (k, '=' : v) <- [break (== '=') w]
-                                      , [(_, "")] <- [reads v :: [(Double, String)]] ]
-  when (code /= ExitSuccess || not (Map.member "requests" kv)) $
+  when (code /= ExitSuccess) $
     die' ("load generator failed (" ++ show code ++ "): " ++ unwords clientCmd ++ "\n" ++ errs ++ output)
-  return (kv, fromIntegral (c1 - c0) * 10000, rss)
+  return (output, fromIntegral (c1 - c0) * 10000, rss)
 
 toSample :: (Map.Map String Double, Double, Double) -> Sample
 toSample (kv, cpuMicros, rss) = Sample
