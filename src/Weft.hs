@@ -127,7 +127,10 @@ timeout n act
       handleJust (\e -> if e == ex then Just () else Nothing) (\_ -> return Nothing) $
         mask $ \restore -> do
           k <- registerTimeout mgr n (interrupt me ex thrown)
-          r <- restore act `catch` \e -> settle ex thrown k (Just e) >> throwIO e
+          -- Our own Timeout is absorbed by 'settle', not kept as the
+          -- first other exception (Note [Settling a timeout]).
+          r <- restore act `catch` \e ->
+            settle ex thrown k (if fromException e == Just ex then Nothing else Just e) >> throwIO e
           settle ex thrown k Nothing
           return (Just r)
 
@@ -141,7 +144,11 @@ timeout n act
 -- the 'Timeout' arrives. Other exceptions may arrive meanwhile: an outer
 -- 'timeout' firing, or a 'killThread'. The first of those, or the action's
 -- own exception, wins and is rethrown once this call's 'Timeout' has been
--- absorbed; so an outer limit is never swallowed by an inner one.
+-- absorbed; so an outer limit is never swallowed by an inner one. When the
+-- action was ended by this call's own 'Timeout', that is not such an
+-- exception: an outer 'Timeout' arriving while 'settle' waits for the
+-- thrower must still win (it was once dropped there, losing the outer
+-- limit when both fired in the same tick).
 
 -- | Cancel the timer; if it had fired, absorb its exception and rethrow
 -- the first other exception (Note [Settling a timeout]).
