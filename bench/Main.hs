@@ -12,6 +12,7 @@ import Bench.Kv (kvMain)
 import Bench.Color (colorChild, colorMain)
 import Bench.Net
 import Bench.Packet (packetMain, packetModelChild)
+import Bench.Spin (spinBench)
 import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
 import Bench.Warp (warpBench)
@@ -33,6 +34,7 @@ main = do
     ("pong" : rest) -> () <$ pongBench (parseSettings rest)
     ("idle" : rest) -> () <$ idleBench (parseSettings rest)
     ("warp" : rest) -> () <$ warpBench (parseSettings rest)
+    ("spin" : rest) -> () <$ spinBench (parseSettings rest)
     ("sws" : rest) -> () <$ uncurry swsBench (parseSwsArgs rest)
     ("kv" : rest) -> () <$ kvMain rest
     ("packet" : rest) -> () <$ packetMain rest
@@ -46,6 +48,8 @@ main = do
         , "  echo    one-connection ping-pong latency: GHC non-threaded, GHC threaded, weft, C"
         , "  pong    HTTP keep-alive pong under wrk: weft, GHC's manager, nginx"
         , "  idle    64 active connections beside 0..20k idle ones: weft, GHC's manager"
+        , "  spin    the dispatcher's spin policy: adaptive vs fixed 50 us vs none vs GHC's manager, on"
+        , "          simple (c=1..400), pong (c=16..400), -N1 and -N2, echo and wait; counters; an idle check"
         , "  warp    a WAI pong on Weft.Warp vs stock warp vs nginx under wrk (-N1, -N2), and HTTP/2"
         , "          under h2load: Weft.Warp vs stock warp"
         , "  sws     a 1 KiB file under wrk: weft-sws (Weft.Color) under every policy, weft-pong,"
@@ -86,6 +90,7 @@ runAll st = do
     , ("pong: HTTP keep-alive under wrk", pongBench st)
     , ("idle: 64 active connections beside idle ones", idleBench st)
     , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
+    , ("spin: the dispatcher's spin policy", spinBench st)
     , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
     , ("wait: fd waits in one process", waitMain waitArgs)
     , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)

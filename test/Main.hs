@@ -21,6 +21,7 @@ import qualified Test.Packet
 import qualified Test.PacketApps
 import qualified Test.Servers
 import qualified Test.Slot
+import qualified Test.Spin
 import qualified Test.Sws
 import qualified Test.Timers
 import qualified Test.Waits
@@ -36,6 +37,7 @@ main = do
   hspec $ do
     Test.FdTable.spec
     Test.Slot.spec
+    Test.Spin.spec
     Test.Wheel.spec
     Test.Http.spec
     Test.Kv.spec

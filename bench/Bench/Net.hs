@@ -38,6 +38,7 @@ module Bench.Net
   , stopServer
   , cpuTicks
   , measureOutput
+  , loadgen
   , pongLocation
   , clientCores
   ) where

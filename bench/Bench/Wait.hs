@@ -32,12 +32,14 @@ import Bench.Report
 import qualified Weft
 import qualified Weft.Event as E
 
--- | weft, weft with the plain Mio dispatcher loop (no spin window), and
--- GHC's own manager.
-data Arm = WeftArm | WeftMioArm | GhcArm deriving (Eq, Ord, Show, Enum, Bounded)
+-- | weft (its adaptive spin policy), weft with the fixed spin window of
+-- earlier versions, weft with the plain Mio dispatcher loop (no spinning),
+-- and GHC's own manager.
+data Arm = WeftArm | WeftFixedArm | WeftMioArm | GhcArm deriving (Eq, Ord, Show, Enum, Bounded)
 
 armName :: Arm -> String
 armName WeftArm = "weft"
+armName WeftFixedArm = "weft-fixed"
 armName WeftMioArm = "weft-mio"
 armName GhcArm = "ghc"
 
@@ -45,8 +47,8 @@ armName GhcArm = "ghc"
 armProcess :: FilePath -> Arm -> [String] -> IO CreateProcess
 armProcess exe arm args = do
   env0 <- getEnvironment
-  let spin = [ ("WEFT_SPIN_US", "0") | arm == WeftMioArm ]
-      env' = spin ++ filter ((/= "WEFT_SPIN_US") . fst) env0
+  let spin = [ ("WEFT_SPIN_US", "0") | arm == WeftMioArm ] ++ [ ("WEFT_SPIN_POLICY", "fixed") | arm == WeftFixedArm ]
+      env' = spin ++ filter ((`notElem` ["WEFT_SPIN_US", "WEFT_SPIN_POLICY"]) . fst) env0
   return (proc exe (armName arm : args)) { env = Just env' }
 
 data Options = Options { optReps :: Int, optRoundTrips :: Int, optCaps :: [Int] }
@@ -96,6 +98,7 @@ waitMain args = do
   putStr (renderTable header rows)
   writeCsv "bench-results/wait.csv" header rows
   putStrLn "\n(waits/s: higher is better; CPU us/wait is the process CPU time of all threads; ratios of medians against ghc;"
+  putStrLn " weft-fixed is weft with WEFT_SPIN_POLICY=fixed, the fixed 50 us spin window of earlier versions;"
   putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop)"
   putStrLn "CSV: bench-results/wait.csv"
   return (renderTable header rows)

@@ -1,3 +1,4 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | A WAI application on weft against stock warp and nginx: warp's pong (a
 -- 4-byte body) from one binary, weft-warp-pong, on Weft.Warp and on stock
 -- warp, beside nginx returning the same body. HTTP/1.1 under wrk at
@@ -22,7 +23,7 @@ warpBench st = do
   bin <- binDir
   wrkRun <- newWrkRun st
   let concs = [16, 64, 400] :: [Int]
-      pong n server = \p -> [ bin </> "weft-warp-pong", show p, "--server", server
+      pong (n :: Int) server = \p -> [ bin </> "weft-warp-pong", show p, "--server", server
                             , "+RTS", "-N" ++ show n, "-RTS" ]
   putStrLn "weft-bench warp: a WAI pong (4-byte body) on Weft.Warp, on stock warp (same binary), and nginx"
   http1 <- forM [1, 2 :: Int] $ \n -> do

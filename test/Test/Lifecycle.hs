@@ -12,6 +12,8 @@ import Support
 import Weft (closeFdWith, threadWaitRead, threadDelay)
 import qualified Weft
 import qualified Weft.Event as E
+import qualified Weft.Timer as T
+import qualified Control.Concurrent as GHC
 import Weft.Event.Backend (backendKindFromEnv)
 import Weft.Event.Wakeup
 
@@ -67,6 +69,36 @@ spec kind = do
 
     it "an eventfd channel coalesces many signals into one read" $ coalesces EventFdWakeup
     it "a pipe channel (the fallback) coalesces many signals into one drain" $ coalesces PipeWakeup
+
+  describe "spinning" $
+    it "an idle manager blocks soon after its last event, stops spinning and stays blocked" $ do
+      -- A private manager, so that nothing else the suite left behind
+      -- gives it work; it is watched with GHC's timers.
+      mgr <- E.newManager kind 0
+      (`finally` E.shutdownManager mgr) $ withPipe $ \(r, w) -> do
+        readable <- newEmptyMVar
+        let roundTrip = do
+              writeByte w
+              _ <- E.registerFd mgr (\_ _ -> putMVar readable ()) r E.evtRead E.OneShot
+              within 5 "readable" (takeMVar readable)
+              readByte r
+        replicateM_ 200 roundTrip
+        -- Timers ahead, as a server's idle timers are: one in 10 s, and
+        -- one 20 ms after the last sample, whose slot in the timing wheel
+        -- (67 ms wide at its level) most often starts inside the sampled
+        -- window: a dispatcher that slept only until the slot's start
+        -- would poll from there on.
+        _ <- T.registerTimeout mgr 10000000 (return ())
+        _ <- T.registerTimeout mgr 140000 (return ())
+        -- Past the 50 us cap, the dispatcher must be in a blocking poll
+        -- (counted only when it returns) and stay there: neither polls
+        -- nor spins while the timer is far off.
+        GHC.threadDelay 20000
+        s1 <- E.getManagerStats mgr
+        GHC.threadDelay 100000
+        s2 <- E.getManagerStats mgr
+        E.statSpinNanos s2 `shouldBe` E.statSpinNanos s1
+        (E.statNonBlockingPolls s2 - E.statNonBlockingPolls s1) `shouldSatisfy` (< 4)
 
   describe "backend choice" $
     it "WEFT_BACKEND selects epoll or poll, and rejects anything else" $ do

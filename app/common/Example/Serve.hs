@@ -2,7 +2,8 @@
 -- one connection interface over both socket layers, so the same server
 -- code runs on weft ("Weft.Net") or on @network@ (GHC's own I/O manager).
 -- Both arms place connection threads on the capabilities round-robin, so
--- they differ only in the I/O manager.
+-- they differ only in the I/O manager. On SIGUSR1 the weft arm prints its
+-- managers' dispatcher counters on stderr.
 module Example.Serve
   ( ManagerChoice (..)
   , Conn (..)
@@ -23,6 +24,9 @@ import System.Environment (getArgs, getProgName)
 import System.Exit (exitFailure)
 import System.IO (hPutStrLn, stderr, hSetBuffering, BufferMode (..))
 
+import System.Posix.Signals (Handler (Catch), installHandler, sigUSR1)
+
+import qualified Weft.Event as E
 import qualified Weft.Net as W
 
 -- | Which I/O manager serves the connections.
@@ -81,10 +85,23 @@ runServer WeftManager idle addr ready handler = serveWeft idle addr ready handle
 runServer GhcManager _ addr ready handler = serveGhc addr ready handler
 
 serveWeft :: Int -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
-serveWeft idle addr ready handler =
+serveWeft idle addr ready handler = do
+  _ <- installHandler sigUSR1 (Catch reportStats) Nothing
   W.serve W.defaultServerConfig { W.serverIdleTimeout = idle, W.serverOnReady = ready } addr $ \s _ ->
     handler Conn { connRecv = W.recv s, connSendAll = W.sendAll s, connSendMany = W.sendMany s }
       >> W.gracefulClose s lingerMicros
+
+-- | On SIGUSR1, one line on stderr with the sums of the managers' counters
+-- that show what the dispatchers did, for the benchmarks.
+reportStats :: IO ()
+reportStats = do
+  stats <- mapM E.getManagerStats =<< E.systemManagers
+  let total f = sum (map f stats)
+  hPutStrLn stderr $ unwords
+    [ "weft-stats", "spins=" ++ show (total E.statSpins), "spin_hits=" ++ show (total E.statSpinHits)
+    , "spin_ns=" ++ show (total E.statSpinNanos), "blocking_polls=" ++ show (total E.statBlockingPolls)
+    , "polls=" ++ show (total E.statNonBlockingPolls), "events=" ++ show (total E.statEvents)
+    , "wakeups=" ++ show (total E.statWakeups) ]
 
 -- | The baseline: @network@'s calls, which wait in GHC's manager.
 serveGhc :: SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()

@@ -119,6 +119,7 @@ import Weft.Event.Backend (newBackend)
 import qualified Weft.Event.FdTable as FT
 import Weft.Event.Internal
 import Weft.Event.Slot
+import Weft.Event.Spin
 import Weft.Internal.Counters
 import qualified Weft.Timer.Wheel as W
 
@@ -184,14 +185,22 @@ instance Ord TimeoutKey where
 
 -- Counter indices.
 cState, cStop, cKeys, cInflight, cBlockingPolls, cPolls, cEvents, cWakeups,
-  cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cWatchTags, nCounters :: Int
+  cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cWatchTags, cSpins,
+  cSpinHits, cSpinNanos, nCounters :: Int
 cState = 0; cStop = 1; cKeys = 2; cInflight = 3; cBlockingPolls = 4
 cPolls = 5; cEvents = 6; cWakeups = 7; cLive = 8; cCallbackErrors = 9
-cArms = 10; cTimersFired = 11; cWatches = 12; cWatchTags = 13; nCounters = 14
+cArms = 10; cTimersFired = 11; cWatches = 12; cWatchTags = 13; cSpins = 14
+cSpinHits = 15; cSpinNanos = 16; nCounters = 17
 
 -- Dispatcher states, Note [Dispatcher states].
 sRunning, sBlocking, sWoken, sFinished :: Int
 sRunning = 0; sBlocking = 1; sWoken = 2; sFinished = 3
+
+-- | The spin token: 1 while some dispatcher of this process spins through
+-- a dry spell (Note [Adaptive spinning] in "Weft.Event.Spin").
+{-# NOINLINE spinToken #-}
+spinToken :: Counters
+spinToken = unsafePerformIO (newCounters 1)
 
 {-# NOINLINE managerIds #-}
 managerIds :: Counters
@@ -272,7 +281,7 @@ data Exit = Finish | HandOff
 
 dispatcher :: Manager -> IO ()
 dispatcher mgr = do
-  exit <- loop eventsJustCame
+  exit <- loop (newSpinPolicy spinAdaptively spinWindowNs) noSpell False False
   case exit of
     HandOff -> startDispatcher mgr
     Finish -> finish mgr
@@ -286,27 +295,51 @@ dispatcher mgr = do
       bumpCounter c cPolls 1
       bumpCounter c cEvents n
       return n
-    -- @lastEvent@ is when events last came, or 'eventsJustCame' if the
-    -- clock has not been read since: reading it only when the loop runs
-    -- dry keeps it off the path of a busy dispatcher.
-    loop lastEvent = do
+    -- @spell@ is when the current dry spell began ('noSpell' while events
+    -- keep coming); @holding@ says whether this dispatcher holds the spin
+    -- token now, i.e. is spinning, and @spun@ whether it did in this spell
+    -- (Note [Adaptive spinning] in "Weft.Event.Spin"). The clock is read
+    -- only when the loop runs dry and when a spell ends, never on the path
+    -- of a busy dispatcher.
+    loop policy spell holding spun = do
       halt <- stopped mgr
-      if halt then return Finish else do
+      if halt then releaseSpin holding >> return Finish else do
         runExpiredTimers mgr
         n <- pollNow
-        if n > 0 then yield >> loop eventsJustCame else do
+        if n > 0 then eventsCame policy spell holding spun else do
           yield
           n' <- pollNow
-          if n' > 0 then yield >> loop eventsJustCame else do
+          if n' > 0 then eventsCame policy spell holding spun else do
             now <- getMonotonicTimeNSec
-            -- Note [Spinning before blocking]
-            if lastEvent == eventsJustCame then loop now
-            else if now - lastEvent < spinWindowNs then loop lastEvent else do
+            let start = if spell == noSpell then now else spell
+            spin <- if now - start >= spinWindow policy then return False
+                    else if holding then return True else acquireSpin policy
+            if spin then loop policy start True True else do
+              when holding $ bumpCounter c cSpinNanos (fromIntegral (now - start))
+              releaseSpin holding
               got <- blockingPoll
               placed <- onOwnCapability
               if not placed then return HandOff
-                else loop (if got > 0 then eventsJustCame else lastEvent)
-    eventsJustCame = maxBound :: Word64
+                else if got > 0 then eventsCame policy start False spun
+                else loop policy start False spun
+    eventsCame policy spell holding spun = do
+      policy' <- if spell == noSpell then return policy else do
+        now <- getMonotonicTimeNSec
+        let len = now - min now spell
+        when holding $ do
+          bumpCounter c cSpinHits 1
+          bumpCounter c cSpinNanos (fromIntegral len)
+        return (endSpell spun len policy)
+      releaseSpin holding
+      yield
+      loop policy' noSpell False False
+    -- The fixed policy spins without the token.
+    acquireSpin policy = do
+      got <- if spinAdaptive policy then (== 0) <$> casCounter spinToken 0 0 1 else return True
+      when got (bumpCounter c cSpins 1)
+      return got
+    releaseSpin holding = when holding (writeCounter spinToken 0 0)
+    noSpell = maxBound :: Word64
     blockingPoll = do
       writeCounter c cState sBlocking
       halt <- stopped mgr
@@ -334,13 +367,18 @@ dispatcher mgr = do
 -- another OS thread on the way in and taken back on the way out, and the
 -- kernel must wake a sleeping thread, often on another core, when an event
 -- comes. Under steady traffic that costs far more than a non-blocking poll.
--- So for a short window after it last delivered events, the dispatcher keeps
--- to non-blocking polls and 'yield's (threads queued on its capability still
--- run between polls) and only then blocks. Idle managers pay one window of
--- polling per burst of traffic. The window is 'spinWindowNs'; @WEFT_SPIN_US@
--- sets it in microseconds, and 0 gives the plain Mio loop.
+-- So when the polls run dry, the dispatcher may keep to non-blocking polls
+-- and 'yield's for a while (threads queued on its capability still run
+-- between polls) and only then block. How long is the spin policy's
+-- window (Note [Adaptive spinning] in "Weft.Event.Spin"): at most
+-- @WEFT_SPIN_US@ microseconds (default 50; 0 gives the plain Mio loop),
+-- shorter while spins keep finding nothing, and only one dispatcher of
+-- the process spins at a time. @WEFT_SPIN_POLICY=fixed@ restores the
+-- fixed window of earlier versions (every dispatcher spins the full
+-- window after every burst), for comparison.
 
--- | The spin window in nanoseconds, from @WEFT_SPIN_US@ (microseconds).
+-- | The spin window's cap in nanoseconds, from @WEFT_SPIN_US@
+-- (microseconds).
 {-# NOINLINE spinWindowNs #-}
 spinWindowNs :: Word64
 spinWindowNs = unsafePerformIO $ do
@@ -349,6 +387,11 @@ spinWindowNs = unsafePerformIO $ do
     [(us, "")] | us >= (0 :: Int) -> fromIntegral us * 1000
     _ -> defaultSpinWindowUs * 1000
   where defaultSpinWindowUs = 50
+
+-- | Whether the spin policy adapts: unless @WEFT_SPIN_POLICY@ is @fixed@.
+{-# NOINLINE spinAdaptively #-}
+spinAdaptively :: Bool
+spinAdaptively = unsafePerformIO $ (/= Just "fixed") <$> lookupEnv "WEFT_SPIN_POLICY"
 
 -- | Fail every pending wait and timer, then release the backend once no
 -- waker can still write to it (Note [Dispatcher states]).
@@ -379,16 +422,24 @@ finish mgr = do
   backendClose (mgrBackend mgr)
   putMVar (mgrFinished mgr) ()
 
--- | How long the blocking poll may wait: until the start of the tick of the
--- next expiry, in nanoseconds. Called after the dispatcher published
--- 'sBlocking'; it records that tick as the planned wake-up, under the wheel
--- lock, so that a timer registered later and due earlier wakes the
--- dispatcher (Note [Waking the dispatcher for a timer]).
+-- | How long the blocking poll may wait: until the start of the tick when
+-- 'runExpiredTimers' next has work ('W.earliest'), in nanoseconds. Called
+-- after the dispatcher published 'sBlocking'; it records that tick as the
+-- planned wake-up, under the wheel lock, so that a timer registered later
+-- and due earlier wakes the dispatcher (Note [Waking the dispatcher for a
+-- timer]).
+--
+-- Not the wheel's earliest occupied slot ('W.nextExpiry'): a slot of a
+-- higher level starts up to a whole slot span (67 ms at level 2) before the
+-- deadlines in it, and 'runExpiredTimers' only expires once the earliest
+-- deadline is due. Sleeping until the slot's start made the dispatcher
+-- poll without blocking from then until the deadline: a busy loop of up
+-- to 67 ms for every timer of 1 ms or more.
 pollTimeout :: Manager -> IO PollTimeout
 pollTimeout mgr = do
   let w = mgrTimers mgr
   next <- W.withLock w $ do
-    t <- W.nextExpiry w
+    t <- W.earliest w
     W.setPlanned w t
     return t
   if next == W.noExpiry then return WaitForever else do
@@ -949,6 +1000,9 @@ data ManagerStats = ManagerStats
   , statTimersFired       :: !Int -- ^ timers that expired
   , statPendingTimers     :: !Int -- ^ timers pending now
   , statWatches           :: !Int -- ^ edge-triggered watches ('watchFd') live now
+  , statSpins             :: !Int -- ^ dry spells the dispatcher spun through (Note [Adaptive spinning])
+  , statSpinHits          :: !Int -- ^ of those, spells that events ended while it spun
+  , statSpinNanos         :: !Int -- ^ nanoseconds spent spinning
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -958,7 +1012,7 @@ getManagerStats mgr = do
   pending <- W.size (mgrTimers mgr)
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> r cTimersFired
-               <*> pure pending <*> r cWatches
+               <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
 
 ------------------------------------------------------------------------------
 -- Eventlog
