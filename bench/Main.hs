@@ -90,7 +90,7 @@ runAll st = do
     , ("pong: HTTP keep-alive under wrk", pongBench st)
     , ("idle: 64 active connections beside idle ones", idleBench st)
     , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
-    , ("spin: the dispatcher's spin policy", spinBench st)
+    , ("spin: the dispatcher's spin policy", spinBench (if setLong st then st else st { setDuration = 1 }))
     , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
     , ("wait: fd waits in one process", waitMain waitArgs)
     , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)
