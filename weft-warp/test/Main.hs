@@ -22,7 +22,9 @@ import System.Directory (getTemporaryDirectory, listDirectory, removeFile)
 import System.Exit (ExitCode (..))
 import System.FilePath ((</>))
 import System.IO
+import System.CPUTime (getCPUTime)
 import System.Posix.Files (readSymbolicLink)
+import System.Posix.Resource
 import System.Process (readProcessWithExitCode)
 import Test.Hspec
 
@@ -287,6 +289,42 @@ weftOnly ghcEpolls path = do
     weftSockets `shouldBe` 0
     weftMoved `shouldBe` True
     (weftEvents1 - weftEvents0) `shouldSatisfy` (> 1000)
+
+  it "rides out fd exhaustion at accept in weft, backing off (stock warp retries in a loop)" $ do
+    forM_ [Weft, Stock] $ \server -> withServer server quiet (testApp path) $ \port -> within 30 "EMFILE" $ do
+      c0 <- connectTo port
+      (rawOf <$> request c0 "GET" "/hello" "") `shouldReturn` helloResp
+      lim <- getResourceLimit ResourceOpenFiles
+      highest <- maximum <$> openFdList
+      let restore = setResourceLimit ResourceOpenFiles lim
+      (`finally` restore) $ do
+        setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral highest + 41) }
+        -- Clients until this process (client and server alike) is out of
+        -- fds: the last connections wait in the listen queue, unaccepted.
+        let open acc = do
+              r <- try (connectTo port)
+              case r of
+                Right c -> open (c : acc)
+                Left (_ :: IOException) -> return (reverse acc)
+        clients <- open []
+        length clients `shouldSatisfy` (>= 10)
+        threadDelay 100000
+        cpu0 <- getCPUTime
+        threadDelay 300000
+        cpu1 <- getCPUTime
+        let cpuMs = fromIntegral (cpu1 - cpu0) / 1e9 :: Double
+        if server == Weft
+          then cpuMs `shouldSatisfy` (< 60)
+          else cpuMs `shouldSatisfy` (> 150)
+        -- The open connection is served throughout.
+        (rawOf <$> request c0 "GET" "/hello" "") `shouldReturn` helloResp
+        -- Once fds are free again, the waiting clients are accepted and served.
+        let (gone, waiting) = splitAt 10 clients
+        mapM_ closeConn gone
+        restore
+        forM_ waiting $ \c -> (rawOf <$> request c "GET" "/hello" "") `shouldReturn` helloResp
+        mapM_ closeConn waiting
+      closeConn c0
 
   it "returns every fd and watch after a load" $ do
     let settle = threadDelay 200000
