@@ -23,7 +23,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-enum { G_USE = 0, G_ACTIVITY = 1, G_TRACK = 2 };
+enum { G_USE = 0, G_ACTIVITY = 1, G_TRACK = 2, G_MIN_RECV = 4, G_RECV_ACC = 5 };
 
 static inline int enter(int64_t *g)
 {
@@ -35,32 +35,51 @@ static inline int enter(int64_t *g)
     return 1;
 }
 
+static inline void stamp(int64_t *g)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    __atomic_store_n(&g[G_ACTIVITY], (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
+                     __ATOMIC_RELAXED);
+}
+
 /* Progress (a positive result) is stamped for the idle timeout, if one is
- * set: one vDSO clock read, only for sockets that track idleness. */
-static inline void leave(int64_t *g, long r)
+ * set: one vDSO clock read, only for sockets that track idleness. A
+ * receive counts only once the bytes received since the last stamp reach
+ * the socket's minimum (G_MIN_RECV, 0 for none), so a peer that trickles
+ * bytes cannot keep the timer from expiring (Note [Idle timeouts] in
+ * Weft.Net.Socket). */
+static inline void leave_as(int64_t *g, long r, int received)
 {
     if (r > 0 && __atomic_load_n(&g[G_TRACK], __ATOMIC_RELAXED)) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        __atomic_store_n(&g[G_ACTIVITY], (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec,
-                         __ATOMIC_RELAXED);
+        int64_t min = received ? __atomic_load_n(&g[G_MIN_RECV], __ATOMIC_RELAXED) : 0;
+        if (min <= 0) {
+            stamp(g);
+        } else if (__atomic_add_fetch(&g[G_RECV_ACC], r, __ATOMIC_RELAXED) >= min) {
+            __atomic_store_n(&g[G_RECV_ACC], 0, __ATOMIC_RELAXED);
+            stamp(g);
+        }
     }
     __atomic_fetch_sub(&g[G_USE], 2, __ATOMIC_RELEASE);
 }
 
-#define GUARDED(g, call)                          \
+#define leave(g, r) leave_as((g), (r), 0)
+
+#define GUARDED_AS(g, received, call)             \
     do {                                          \
         long r_;                                  \
         if (!enter(g)) return -EBADF;             \
         r_ = (long)(call);                        \
         if (r_ < 0) r_ = -errno;                  \
-        leave(g, r_);                             \
+        leave_as(g, r_, received);                \
         return r_;                                \
     } while (0)
 
+#define GUARDED(g, call) GUARDED_AS(g, 0, call)
+
 long weft_net_recv(int64_t *g, int fd, void *buf, size_t len)
 {
-    GUARDED(g, recv(fd, buf, len, 0));
+    GUARDED_AS(g, 1, recv(fd, buf, len, 0));
 }
 
 long weft_net_send(int64_t *g, int fd, const void *buf, size_t len)
@@ -113,7 +132,7 @@ long weft_net_sendto(int64_t *g, int fd, const void *buf, size_t len,
 long weft_net_recvfrom(int64_t *g, int fd, void *buf, size_t len,
                        struct sockaddr *addr, socklen_t *alen)
 {
-    GUARDED(g, recvfrom(fd, buf, len, 0, addr, alen));
+    GUARDED_AS(g, 1, recvfrom(fd, buf, len, 0, addr, alen));
 }
 
 /* Receive up to count datagrams with one recvmmsg. Datagram i goes to

@@ -45,6 +45,7 @@ module Weft.Net
   , setNoDelay
     -- * Idle timeouts
   , setIdleTimeout
+  , setMinimumReceive
   , isIdleTimeoutError
     -- * UDP
   , bindUDP
@@ -71,7 +72,10 @@ import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
 import Data.Int (Int64)
-import Data.Word (Word8)
+import qualified Data.IntMap.Strict as IM
+import Data.List (sortOn)
+import Data.Word (Word8, Word64)
+import GHC.Clock (getMonotonicTimeNSec)
 import Foreign.C.Error
 import Foreign.C.Types
 import Foreign.ForeignPtr (touchForeignPtr, withForeignPtr)
@@ -575,6 +579,10 @@ data ServerConfig = ServerConfig
   , serverIdleTimeout :: !Int
     -- ^ Per-connection idle timeout in microseconds ('setIdleTimeout');
     -- 0 (the default) for none.
+  , serverMinReceive  :: !Int
+    -- ^ Bytes a connection must receive for that to count as progress
+    -- against its idle timeout ('setMinimumReceive'); 0 (the default):
+    -- any byte. Sends always count.
   , serverOnReady     :: SockAddr -> IO ()
     -- ^ Called with the bound address once listening.
   , serverOnException :: SockAddr -> SomeException -> IO ()
@@ -590,6 +598,7 @@ defaultServerConfig = ServerConfig
   , serverReusePort = False
   , serverNoDelay = True
   , serverIdleTimeout = 0
+  , serverMinReceive = 0
   , serverOnReady = \_ -> return ()
   , serverOnException = reportUnusual
   }
@@ -608,14 +617,18 @@ reportUnusual peer e = case fromException e of
 -- 'serverOnException' and never stops the server. Handler threads are
 -- placed on the capabilities round-robin (with 'serverReusePort', on their
 -- acceptor's capability). Accepting rides out fd exhaustion
--- ('acceptLoop'); every capability's manager is started first, so fd
--- exhaustion cannot keep one from starting. Throws an 'IOError' if the
--- address cannot be bound.
+-- ('acceptPatiently'), and meanwhile closes the connections that have
+-- made progress least recently to make room for new clients (Note [Making
+-- room under fd pressure]); every capability's manager is started first,
+-- so fd exhaustion cannot keep one from starting. Throws an 'IOError' if
+-- the address cannot be bound.
 serve :: ServerConfig -> SockAddr -> (Socket -> SockAddr -> IO ()) -> IO ()
 serve cfg addr handler = do
   -- Out of fds later, a manager could not start: start them all now.
   startSystemManagers
   caps <- getNumCapabilities
+  live <- newIORef IM.empty
+  let accepting l pick = forever (acceptMakingRoom (makeRoom live) l >>= spawn live pick)
   if serverReusePort cfg
     then do
       let opts = (serverListen cfg) { listenReusePort = True }
@@ -628,7 +641,7 @@ serve cfg addr handler = do
         serverOnReady cfg bound
         done <- newEmptyMVar
         acceptors <- forM (zip [0 ..] listeners) $ \(cap, l) ->
-          forkOn cap (acceptLoop l (spawn (return cap)) `finally` putMVar done ())
+          forkOn cap (accepting l (return cap) `finally` putMVar done ())
         -- Returns when an acceptor fails, or this thread is killed.
         takeMVar done `finally` mapM_ killThread acceptors
     else bracket (listenWith (serverListen cfg) addr) close $ \l -> do
@@ -638,19 +651,59 @@ serve cfg addr handler = do
             i <- readIORef next
             writeIORef next ((i + 1) `rem` caps)
             return i
-      acceptLoop l (spawn roundRobin)
+      accepting l roundRobin
   where
-    spawn pick (conn, peer) = do
+    spawn live pick (conn, peer) = do
       cap <- pick
+      let Fd key = socketFd conn
+      trackProgress conn
+      atomicModifyIORef' live (\m -> (IM.insert (fromIntegral key) conn m, ()))
       void $ mask_ $ forkOnWithUnmask cap $ \unmask ->
         unmask (setUp conn >> handler conn peer)
           `catch` (\e -> serverOnException cfg peer e `catch` ignore)
-          `finally` close conn
+          `finally` (atomicModifyIORef' live (\m -> (IM.delete (fromIntegral key) m, ())) >> close conn)
     setUp conn = do
       when (serverNoDelay cfg) $ setNoDelay conn True `catch` \e -> ignore (toException (e :: IOException))
+      when (serverMinReceive cfg > 0) $ setMinimumReceive conn (serverMinReceive cfg)
       when (serverIdleTimeout cfg > 0) $ setIdleTimeout conn (serverIdleTimeout cfg)
     ignore :: SomeException -> IO ()
     ignore _ = return ()
+
+-- Note [Making room under fd pressure]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- When accept fails for want of fds, the connections already open hold
+-- them all. Waiting for some to close is right when they are busy; but
+-- clients that hold connections and make no progress (idle keep-alives,
+-- heads that trickle in one byte at a time) could keep a server shut to
+-- everyone else for as long as they like. So at each back-off step of an
+-- exhaustion burst, 'serve' closes some of the open connections that have
+-- made progress least recently: one in 16 of them (at least one), oldest
+-- progress first, among those that made none for 'evictionGraceNs' (250
+-- ms); an accept counts as progress, and so does a syscall that moved
+-- bytes (received bytes only in steps of 'serverMinReceive'). The grace
+-- keeps a steady client from losing to one accepted a moment ago (a
+-- slowloris that has yet to show it makes no progress): the next steps of
+-- the burst get to the newcomers once they have aged. The burst's last
+-- report says how many were closed. Their handlers see the socket closed
+-- (@EBADF@) and end.
+
+-- | A connection that made progress this recently (nanoseconds) is not
+-- closed to make room.
+evictionGraceNs :: Word64
+evictionGraceNs = 250000000
+
+-- | Close the least-progressing sixteenth of the live connections (at
+-- least one) that made no progress for the grace period; returns how many
+-- were closed.
+makeRoom :: IORef (IM.IntMap Socket) -> IO Int
+makeRoom live = do
+  conns <- IM.elems <$> readIORef live
+  now <- getMonotonicTimeNSec
+  stamped <- forM conns $ \c -> (\t -> (t, c)) <$> lastProgress c
+  let stale = [ tc | tc@(t, _) <- stamped, now - min now t >= evictionGraceNs ]
+      victims = take (max 1 (length conns `div` 16)) (map snd (sortOn fst stale))
+  mapM_ close victims
+  return (length victims)
 
 -- | Accept connections for ever and hand each to the action (which should
 -- fork), with 'acceptPatiently'. Throws what that throws.
@@ -663,29 +716,37 @@ acceptLoop l handOff = forever (acceptPatiently l >>= handOff)
 -- being served and accepting resumes when fds free up. Connections that
 -- fail before they are accepted (@ECONNABORTED@, @EPROTO@, @EPERM@) are
 -- skipped. Other errors are thrown (e.g. @EBADF@ once the listener is
--- closed).
+-- closed). ('serve' also closes the least active connections meanwhile:
+-- Note [Making room under fd pressure].)
 acceptPatiently :: Socket -> IO (Socket, SockAddr)
-acceptPatiently l = go Nothing
+acceptPatiently = acceptMakingRoom (return 0)
+
+-- | 'acceptPatiently', running the action at each back-off step; it may
+-- close connections to free fds, and returns how many it closed.
+acceptMakingRoom :: IO Int -> Socket -> IO (Socket, SockAddr)
+acceptMakingRoom room l = go Nothing 0
   where
-    go backoff = do
+    go backoff closed = do
       r <- try (accept l)
       case r of
         Right conn -> do
           when (backoff /= Nothing) $
-            hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed")
+            hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed"
+                              ++ (if closed > 0 then " (closed " ++ show closed ++ " connections that had made the least progress)" else ""))
           return conn
         Left e
           | errnoIs e exhaustion -> do
               when (backoff == Nothing) $ hPutStrLn stderr
                 ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
                  ++ "; pausing accepts, open connections are still served")
+              freed <- room
               let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
               -- Out of fds, weft may be unable to start this capability's
               -- manager for the delay: fall back to GHC's timer then, so
               -- the loop never dies of the exhaustion it rides out.
               Weft.threadDelay delay `catch` \(_ :: IOException) -> threadDelay delay
-              go (Just delay)
-          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff
+              go (Just delay) (closed + freed)
+          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff closed
           | otherwise -> throwIO e
     exhaustion = [eMFILE, eNFILE, eNOBUFS, eNOMEM]
     errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)

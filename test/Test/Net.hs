@@ -1,3 +1,4 @@
+{-# LANGUAGE ScopedTypeVariables #-}
 -- | Weft.Net over loopback: waits, close and fd reuse, async exceptions,
 -- resets, half-close, idle timeouts, fd exhaustion at accept, UDP and
 -- interop. Clients are @network@ sockets (GHC's manager) unless the test is
@@ -11,6 +12,7 @@ import Control.Monad
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import Data.IORef
+import GHC.Clock (getMonotonicTime)
 import GHC.IO.Exception (IOErrorType (..), IOException (..))
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -49,6 +51,10 @@ recvExactly s n = go [] n
     go acc k = do
       c <- NB.recv s k
       if B.null c then return (B.concat (reverse acc)) else go (c : acc) (k - B.length c)
+
+-- | Say which part of a test an I/O error came from.
+labelled :: String -> IO a -> IO a
+labelled what act = act `catch` \(e :: IOException) -> throwIO (userError (what ++ ": " ++ show e))
 
 echo :: W.Socket -> SockAddr -> IO ()
 echo s _ = echoLoop s
@@ -227,26 +233,93 @@ spec kind = describe "Weft.Net" $ do
       recvExactly active 1 `shouldReturn` BC.pack "q"
       mapM_ N.close [idle, active]
 
-  it "rides out EMFILE at accept: open connections are served, accepting resumes" $ do
+  it "out of fds at accept, makes room by closing the least active connections, not the busy one" $ do
     served <- newIORef (0 :: Int)
     let handler s a = atomicModifyIORef' served (\n -> (n + 1, ())) >> echo s a
     withWeftServer W.defaultServerConfig handler $ \addr -> do
       -- Client sockets made before the limit drops; connecting needs no fd.
       clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
-      withFdHeadroom 3 $ \liftLimit -> do
-        mapM_ (`N.connect` addr) clients
-        eventually "three served" ((== 3) <$> readIORef served)
+      let (idle1 : idle2 : busy : newcomers) = clients
+          connectOne c = do
+            served0 <- readIORef served
+            N.connect c addr
+            eventually "accepted" ((> served0) <$> readIORef served)
+      withFdHeadroom 3 $ \_ -> do
+        mapM_ connectOne [idle1, idle2, busy]
+        stop <- newIORef False
+        talker <- async $ let go = do
+                                NB.sendAll busy (BC.pack "x")
+                                _ <- recvExactly busy 1
+                                threadDelay 5000
+                                done <- readIORef stop
+                                unless done go
+                          in go
         threadDelay 50000
-        readIORef served `shouldReturn` 3
-        forM_ (take 3 clients) $ \c -> do
-          NB.sendAll c (BC.pack "hi")
-          recvExactly c 2 `shouldReturn` BC.pack "hi"
-        liftLimit
-        eventually "the rest served" ((== 8) <$> readIORef served)
-        forM_ clients $ \c -> do
-          NB.sendAll c (BC.pack "ok")
-          recvExactly c 2 `shouldReturn` BC.pack "ok"
+        -- Each newcomer needs a fd that only closing a connection frees.
+        forM_ newcomers $ \c -> connectOne c >> threadDelay 30000
+        -- The idle clients went first; the busy one kept its connection.
+        within 5 "the idle client closed" (recvExactly idle1 1) `shouldReturn` B.empty
+        within 5 "the idle client closed" (recvExactly idle2 1) `shouldReturn` B.empty
+        writeIORef stop True
+        within 5 "the busy client" (wait talker)
+        NB.sendAll busy (BC.pack "ok")
+        recvExactly busy 2 `shouldReturn` BC.pack "ok"
+        NB.sendAll (last newcomers) (BC.pack "ok")
+        recvExactly (last newcomers) 2 `shouldReturn` BC.pack "ok"
       mapM_ N.close clients
+
+  it "slow clients cannot lock fresh ones out at the fd limit; a slow but steady upload is not cut off" $ do
+    -- A toy protocol: heads end with a blank line, and each gets "ok".
+    let cfg = W.defaultServerConfig { W.serverIdleTimeout = 300000, W.serverMinReceive = 64 }
+        heads s acc = do
+          c <- W.recv s 4096
+          unless (B.null c) $ do
+            let acc' = acc <> c
+            if BC.pack "\r\n\r\n" `B.isInfixOf` acc'
+              then W.sendAll s (BC.pack "ok\n") >> heads s B.empty
+              else heads s acc'
+    startManagers
+    fds0 <- countFds
+    withWeftServer cfg (\s _ -> heads s B.empty) $ \addr -> do
+      -- Every client socket is made before the limit drops.
+      slow <- replicateM 10 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+      uploader <- N.socket N.AF_INET N.Stream N.defaultProtocol
+      fresh <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+      (`finally` mapM_ N.close (slow ++ uploader : fresh)) $ withFdHeadroom 6 $ \_ -> do
+        -- Slowloris: one byte of a head every 50 ms, never finished.
+        tricklers <- forM slow $ \c -> async $ do
+          N.connect c addr
+          -- True if the server cut it off before its 3 s of trickling.
+          let go k = do
+                r <- try (NB.sendAll c (BC.pack "G"))
+                case r of
+                  Left (_ :: IOException) -> return True
+                  Right () | k < (60 :: Int) -> threadDelay 50000 >> go (k + 1)
+                           | otherwise -> return False
+          go 0
+        -- A steady upload: a 48 KiB head at 1 KiB per 20 ms.
+        upload <- async $ labelled "the upload" $ do
+          N.connect uploader addr
+          forM_ [1 .. 48 :: Int] $ \_ -> NB.sendAll uploader (BC.replicate 1024 'x') >> threadDelay 20000
+          NB.sendAll uploader (BC.pack "\r\n\r\n")
+          recvExactly uploader 3
+        -- Fresh clients, one every 150 ms, each answered within a second.
+        waits <- forM fresh $ \c -> do
+          threadDelay 150000
+          t0 <- getMonotonicTime
+          within 1 "a fresh client's answer" $ labelled "a fresh client" $ do
+            N.connect c addr
+            NB.sendAll c (BC.pack "GET / HTTP/1.1\r\n\r\n")
+            recvExactly c 3 `shouldReturn` BC.pack "ok\n"
+          subtract t0 <$> getMonotonicTime
+        maximum waits `shouldSatisfy` (< 1)
+        within 5 "the upload's answer" (wait upload) `shouldReturn` BC.pack "ok\n"
+        -- Every slow client was cut off, long before its 3 s of trickling.
+        within 5 "slow clients closed" (mapM wait tricklers) `shouldReturn` replicate 10 True
+        forM_ slow $ \c -> do
+          r <- try (NB.recv c 10)
+          either (\(_ :: IOException) -> return ()) (`shouldBe` B.empty) r
+    eventually "fds back to where they were" ((== fds0) <$> countFds)
 
   it "refuses a connection clearly" $ do
     l <- W.listen loopback

@@ -45,6 +45,9 @@ module Weft.Net.Socket
   , isIdleTimeoutError
     -- * Idle timeouts
   , setIdleTimeout
+  , setMinimumReceive
+  , trackProgress
+  , lastProgress
     -- * Closing
   , close
   , detach
@@ -104,9 +107,9 @@ data Waiter = Unwatched | Edge !Watch | Level
 data Direction = Reading | Writing
   deriving (Eq, Show)
 
--- Guard words; the first three are shared with cbits/weft_net.c.
-gUse, gActivity, gTrack, gTimedOut, nGuard :: Int
-gUse = 0; gActivity = 1; gTrack = 2; gTimedOut = 3; nGuard = 4
+-- Guard words; all but gTimedOut are shared with cbits/weft_net.c.
+gUse, gActivity, gTrack, gTimedOut, gMinReceive, gReceived, nGuard :: Int
+gUse = 0; gActivity = 1; gTrack = 2; gTimedOut = 3; gMinReceive = 4; gReceived = 5; nGuard = 6
 
 -- | The fd, for syscalls weft does not wrap. It stays valid until 'close'.
 socketFd :: Socket -> Fd
@@ -245,6 +248,15 @@ isIdleTimeoutError e = ioe_type e == TimeExpired && ioe_description e == "connec
 -- ways, which wakes its blocked threads. Their syscalls then see the end
 -- of the stream or an error, which they report as an idle-timeout
 -- 'IOError'. A socket that keeps talking costs one timer firing per period.
+--
+-- A peer that sends one byte every few seconds (slowloris) would reset
+-- such a timer for ever, and hold its fd. So a socket may have a minimum
+-- receive ('setMinimumReceive'): received bytes are added up in the guard
+-- block, and a receive stamps progress only once the sum since the last
+-- stamp reaches the minimum (then the sum starts again). A steady upload
+-- at any useful rate reaches it many times a period; a trickle does not,
+-- and times out. Sends always count: a server answering requests is
+-- making progress however small they are.
 
 -- | Give the socket an idle timeout of the given number of microseconds
 -- (replacing any earlier one; 0 or less removes it): if no recv or send on
@@ -280,6 +292,32 @@ setIdleTimeout s us = mask_ $ withMVar (sockLock s) $ \_ -> do
           else do
             writeCounter g gTimedOut 1
             void (shutdownRaw s 2) -- SHUT_RDWR
+
+-- | Make received bytes count as progress for the idle timeout only once
+-- at least the given number have arrived since the last progress (Note
+-- [Idle timeouts]); sends always count. 0 (the default) makes every
+-- received byte count. With an idle timeout of T and a minimum of N, a
+-- peer must send at least N bytes per T (or be sent to) to keep its
+-- connection. Has no effect without an idle timeout.
+setMinimumReceive :: Socket -> Int -> IO ()
+setMinimumReceive s bytes = do
+  writeCounter (sockGuard s) gReceived 0
+  writeCounter (sockGuard s) gMinReceive (max 0 bytes)
+
+-- | Stamp progress on every syscall from now on, even without an idle
+-- timeout, so that 'lastProgress' tells how long the socket has made none.
+trackProgress :: Socket -> IO ()
+trackProgress s = do
+  now <- getMonotonicTimeNSec
+  writeCounter (sockGuard s) gActivity (fromIntegral now)
+  writeCounter (sockGuard s) gTrack 1
+
+-- | When the socket last made progress (monotonic nanoseconds), if it is
+-- tracked ('trackProgress', 'setIdleTimeout'); 0 otherwise.
+lastProgress :: Socket -> IO Word64
+lastProgress s = do
+  tracked <- readCounter (sockGuard s) gTrack
+  if tracked == 0 then return 0 else fromIntegral <$> readCounter (sockGuard s) gActivity
 
 cancelIdle :: Socket -> IO ()
 cancelIdle s = do
