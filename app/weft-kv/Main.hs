@@ -19,7 +19,7 @@ main = do
   hSetBuffering stderr LineBuffering
   name <- getProgName
   args <- getArgs
-  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--policy "
+  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--policy "
               ++ concatMap (\p -> Color.policyName p ++ "|") (init Color.allPolicies)
               ++ Color.policyName (last Color.allPolicies) ++ "]"
       die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\n" ++ usage) >> exitFailure
@@ -37,6 +37,12 @@ main = do
     parse ("--max-bulk" : n : rest) cfg port = case reads n of
       [(b, "")] | b >= 0 -> parse rest cfg { serverLimits = (serverLimits cfg) { maxBulk = b } } port
       _ -> Left ("bad --max-bulk " ++ n)
+    parse ("--timeout" : t : rest) cfg port = case reads t of
+      [(secs, "")] | secs >= (0 :: Double) -> parse rest cfg { serverTimeout = round (secs * 1e6) } port
+      _ -> Left ("bad --timeout " ++ t)
+    parse ("--min-receive" : n : rest) cfg port = case reads n of
+      [(b, "")] | b >= (0 :: Int) -> parse rest cfg { serverMinReceive = b } port
+      _ -> Left ("bad --min-receive " ++ n)
     parse ("--policy" : p : rest) cfg port = case Color.parsePolicy p of
       Just pol -> parse rest cfg { serverRuntime = (serverRuntime cfg) { Color.cfgPolicy = pol } } port
       Nothing -> Left ("unknown policy " ++ p)

@@ -2,7 +2,11 @@
 -- pong ("Example.Http"): request line and headers parsed, pipelining
 -- honoured, malformed requests answered with 400 and closed, header limits
 -- enforced (431). With weft, idle connections are closed after 60 s unless
--- @--idle-timeout@ says otherwise. @--body-bytes N@ makes the body N bytes
+-- @--idle-timeout@ says otherwise, and a request trickled in at under 1 KiB
+-- per idle period does not count as activity (@--min-receive BYTES@), so
+-- slow clients cannot hold connections for ever; out of fds, the server
+-- closes the least active connections to let new clients in.
+-- @--body-bytes N@ makes the body N bytes
 -- long instead of 4, to compare with servers sending files of that size.
 module Main (main) where
 
@@ -20,7 +24,7 @@ main = do
   case bodyOption args of
     Left msg -> hPutStrLn stderr ("weft-pong: " ++ msg) >> exitFailure
     Right (bytes, rest) -> withArgs rest $
-      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--body-bytes N]" 0 60000000
+      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--min-receive BYTES] [--body-bytes N]" 0 60000000
         (\_ -> Just (pongServerWith (pongResponseOf bytes)))
 
 -- | Take @--body-bytes N@ (default 4) out of the arguments; the rest are

@@ -31,6 +31,7 @@ usage = unlines
   , "  --max-clients N       open connections at most; more are answered 503 (default 10000)"
   , "  --accept-batch N      connections one Accept event takes (default 64)"
   , "  --idle-timeout SECS   close connections silent this long, 0 for never (default 60)"
+  , "  --min-receive BYTES   received bytes that count as activity against it (default 1024)"
   , "  --cache-mib N         most MiB of files to load from DOCROOT (default 512)" ]
 
 data Options = Options
@@ -64,6 +65,9 @@ parseOptions o (flag : value : rest) = case flag of
   "--idle-timeout" -> case reads value of
     [(secs, "")] | secs >= (0 :: Double) -> parseOptions (srv (\c -> c { cfgIdleTimeout = round (secs * 1e6) })) rest
     _ -> Left ("bad --idle-timeout " ++ value)
+  "--min-receive" -> case reads value of
+    [(n, "")] | n >= (0 :: Int) -> parseOptions (srv (\c -> c { cfgMinReceive = n })) rest
+    _ -> Left ("bad --min-receive " ++ value)
   "--cache-mib" -> positive $ \n -> o { optCache = (optCache o) { limitTotalBytes = n * 1048576 } }
   _ -> Left ("unknown option " ++ flag)
   where

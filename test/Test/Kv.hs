@@ -1,4 +1,4 @@
-{-# LANGUAGE OverloadedStrings #-}
+{-# LANGUAGE OverloadedStrings, ScopedTypeVariables #-}
 -- | weft-kv: the RESP decoder over arbitrary chunkings, encoder round
 -- trips, and the server end to end over loopback (started in-process on
 -- its own Weft.Color runtime): each command's reply, reply order across
@@ -156,10 +156,13 @@ decoderSpec = describe "RESP decoder" $ do
 
 -- | Run a server with this bulk limit on a free loopback port.
 withKv :: Int -> (SockAddr -> IO a) -> IO a
-withKv bulkLimit body = do
+withKv bulkLimit = withKvConfig defaultServerConfig { serverLimits = defaultLimits { maxBulk = bulkLimit } }
+
+-- | Run a server with this configuration on a free loopback port.
+withKvConfig :: ServerConfig -> (SockAddr -> IO a) -> IO a
+withKvConfig cfg0 body = do
   ready <- newEmptyMVar
-  let cfg = defaultServerConfig { serverLimits = defaultLimits { maxBulk = bulkLimit }
-                                , serverOnReady = putMVar ready }
+  let cfg = cfg0 { serverOnReady = putMVar ready }
       addr = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
   bracket (forkIO (runServer cfg addr)) killThread $ \_ ->
     body =<< within 5 "server start" (takeMVar ready)
@@ -215,7 +218,25 @@ wrongType :: Reply
 wrongType = RError "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 serverSpec :: Spec
-serverSpec = around (withKv 65536) $ describe "server" $ do
+serverSpec = do
+ it "with --timeout, closes a client that trickles a command, and keeps one that talks" $
+  withKvConfig defaultServerConfig { serverTimeout = 300000, serverMinReceive = 64 } $ \addr ->
+    withClient addr $ \slow -> withClient addr $ \steady -> do
+      -- The trickler sends one byte of a PING every 50 ms for 2 s; the
+      -- steady client pings every 100 ms.
+      trickler <- async $ do
+        let bytes = B.unpack (B.concat (replicate 10 (encodeCommand ["PING"])))
+            go [] = return False
+            go (b : rest) = do
+              r <- try (sendRaw slow (B.singleton b))
+              case r of
+                Left (_ :: IOException) -> return True
+                Right () -> threadDelay 50000 >> go rest
+        go (take 40 bytes)
+      forM_ [1 .. 10 :: Int] $ \_ -> (cmd steady ["PING"] `shouldReturn` RSimple "PONG") >> threadDelay 100000
+      untilClosed slow `shouldReturn` B.empty
+      within 5 "the trickler" (wait trickler) `shouldReturn` True
+ around (withKv 65536) $ describe "server" $ do
   it "answers PING, ECHO, CONFIG GET and COMMAND" $ \addr -> withClient addr $ \c -> do
     cmd c ["PING"] `shouldReturn` RSimple "PONG"
     cmd c ["ping", "hi"] `shouldReturn` bulk "hi"

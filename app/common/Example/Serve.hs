@@ -8,6 +8,8 @@ module Example.Serve
   ( ManagerChoice (..)
   , Conn (..)
   , serverMain
+  , Limits (..)
+  , defaultMinReceive
   , runServer
   ) where
 
@@ -46,9 +48,11 @@ data Conn = Conn
 lingerMicros :: Int
 lingerMicros = 1000000
 
--- | Parse @PORT ARGS... [--manager weft|ghc] [--idle-timeout SECONDS]@
--- (the idle timeout, weft only, defaults to the given microseconds),
--- give the positional arguments after the port to @setup@, and serve every
+-- | Parse @PORT ARGS... [--manager weft|ghc] [--idle-timeout SECONDS]
+-- [--min-receive BYTES]@ (the idle timeout, weft only, defaults to the
+-- given microseconds; the minimum receive, 'defaultMinReceive' by default,
+-- is how many received bytes count as progress against it), give the
+-- positional arguments after the port to @setup@, and serve every
 -- connection with the handler it returns, on 0.0.0.0:PORT, for ever. A
 -- handler's exception closes its connection only.
 serverMain :: String -> Int -> Int -> ([String] -> Maybe (Conn -> IO ())) -> IO ()
@@ -59,35 +63,49 @@ serverMain usage nArgs defaultIdle setup = do
   let die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\nusage: " ++ name ++ " " ++ usage) >> exitFailure
   case parse args of
     Left msg -> die msg
-    Right (port : rest, choice, idle)
+    Right (port : rest, choice, limits)
       | [(p, "")] <- reads port, length rest == nArgs, Just handler <- setup rest -> do
           hPutStrLn stderr (name ++ ": serving on port " ++ show (p :: Int) ++ " with the "
                             ++ (if choice == WeftManager then "weft" else "ghc") ++ " manager")
-          runServer choice idle (SockAddrInet (fromIntegral p) 0) (\_ -> return ()) handler
+          runServer choice limits (SockAddrInet (fromIntegral p) 0) (\_ -> return ()) handler
     Right _ -> die "bad arguments"
   where
-    parse = go [] WeftManager defaultIdle
-    go pos m idle [] = Right (reverse pos, m, idle)
-    go pos _ idle ("--manager" : "weft" : rest) = go pos WeftManager idle rest
-    go pos _ idle ("--manager" : "ghc" : rest) = go pos GhcManager idle rest
+    parse = go [] WeftManager (Limits defaultIdle defaultMinReceive)
+    go pos m lim [] = Right (reverse pos, m, lim)
+    go pos _ lim ("--manager" : "weft" : rest) = go pos WeftManager lim rest
+    go pos _ lim ("--manager" : "ghc" : rest) = go pos GhcManager lim rest
     go _ _ _ ("--manager" : other) = Left ("unknown manager " ++ unwords (take 1 other))
-    go pos m _ ("--idle-timeout" : secs : rest)
-      | [(s, "")] <- reads secs, s >= (0 :: Double) = go pos m (round (s * 1e6)) rest
+    go pos m lim ("--idle-timeout" : secs : rest)
+      | [(s, "")] <- reads secs, s >= (0 :: Double) = go pos m lim { limitIdle = round (s * 1e6) } rest
+    go pos m lim ("--min-receive" : bytes : rest)
+      | [(b, "")] <- reads bytes, b >= (0 :: Int) = go pos m lim { limitMinReceive = b } rest
     go _ _ _ (opt@('-' : '-' : _) : _) = Left ("unknown option " ++ opt)
-    go pos m idle (a : rest) = go (a : pos) m idle rest
+    go pos m lim (a : rest) = go (a : pos) m lim rest
+
+-- | What bounds a weft connection's silence: its idle timeout in
+-- microseconds (0: none), and how many received bytes count as progress
+-- against it ('W.setMinimumReceive').
+data Limits = Limits { limitIdle :: !Int, limitMinReceive :: !Int }
+
+-- | The minimum receive by default: 1 KiB. A request head trickled in at
+-- less than 1 KiB per idle period does not hold a connection open; any
+-- reply sent does.
+defaultMinReceive :: Int
+defaultMinReceive = 1024
 
 -- | Serve on the address with the chosen manager until this thread is
 -- killed (the listener is closed then). @ready@ gets the bound address
--- (useful with port 0). @idle@ is the weft arm's idle timeout in
--- microseconds (0: none).
-runServer :: ManagerChoice -> Int -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
-runServer WeftManager idle addr ready handler = serveWeft idle addr ready handler
+-- (useful with port 0). The limits apply to the weft arm.
+runServer :: ManagerChoice -> Limits -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
+runServer WeftManager limits addr ready handler = serveWeft limits addr ready handler
 runServer GhcManager _ addr ready handler = serveGhc addr ready handler
 
-serveWeft :: Int -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
-serveWeft idle addr ready handler = do
+serveWeft :: Limits -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
+serveWeft (Limits idle minReceive) addr ready handler = do
   _ <- installHandler sigUSR1 (Catch reportStats) Nothing
-  W.serve W.defaultServerConfig { W.serverIdleTimeout = idle, W.serverOnReady = ready } addr $ \s _ ->
+  let cfg = W.defaultServerConfig
+        { W.serverIdleTimeout = idle, W.serverMinReceive = minReceive, W.serverOnReady = ready }
+  W.serve cfg addr $ \s _ ->
     handler Conn { connRecv = W.recv s, connSendAll = W.sendAll s, connSendMany = W.sendMany s }
       >> W.gracefulClose s lingerMicros
 

@@ -47,11 +47,19 @@ data ServerConfig = ServerConfig
     -- ^ The colored runtime's configuration (policy, workers).
   , serverOnReady :: SockAddr -> IO ()
     -- ^ Called with the bound address once listening.
+  , serverTimeout :: !Int
+    -- ^ Microseconds a client may stay silent before its connection is
+    -- closed, as redis's @timeout@; 0 (the default, as redis's) for never.
+  , serverMinReceive :: !Int
+    -- ^ Received bytes that count as activity against the timeout
+    -- ('Net.setMinimumReceive'; default 1 KiB), so a command trickled in
+    -- more slowly does not keep a connection.
   }
 
--- | 'defaultLimits', 'Color.defaultConfig', nothing on ready.
+-- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
+-- (1 KiB of minimum receive once one is set).
 defaultServerConfig :: ServerConfig
-defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ())
+defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024
 
 -- | Serve the Redis protocol on the address until this thread is killed;
 -- then stop accepting, let the runtime finish the events it accepted, and
@@ -62,7 +70,7 @@ runServer cfg addr = do
   rt <- Color.newRuntime (serverRuntime cfg)
   store <- newStore
   live <- newIORef IntMap.empty
-  let env = Env rt store (serverLimits cfg) live
+  let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
   (bracket (Net.listen addr) Net.close $ \l -> do
       serverOnReady cfg =<< Net.localAddress l
       Net.acceptLoop l (adopt env))
@@ -83,6 +91,8 @@ data Env = Env
   , envLimits  :: !Limits
   , envLive    :: !(IORef (IntMap.IntMap Conn))
     -- ^ Open connections by fd, for closing them at shutdown.
+  , envTimeout :: !(Int, Int)
+    -- ^ The idle timeout and minimum receive ('serverTimeout').
   }
 
 -- | A connection. Every field is read and written only by events of
@@ -221,6 +231,11 @@ hClose = handler "kv-close"
 adopt :: Env -> (Net.Socket, SockAddr) -> IO ()
 adopt env (sock, _) = do
   Net.setNoDelay sock True `catch` \(_ :: IOException) -> return ()
+  let (timeout, minReceive) = envTimeout env
+  -- An expired timeout shuts the socket down: its next receive is Broken.
+  when (timeout > 0) $ do
+    Net.setMinimumReceive sock minReceive
+    Net.setIdleTimeout sock timeout
   let Fd fd = Net.socketFd sock
       color = fdColor fd
   -- The watch's bodies need the connection, which needs the watch.

@@ -98,6 +98,10 @@ data ServerConfig = ServerConfig
   , cfgIdleTimeout :: !Int
     -- ^ Microseconds a connection may stay silent (no byte received or
     -- sent) before it is closed; 0 for never (default 60 s).
+  , cfgMinReceive  :: !Int
+    -- ^ Received bytes that count as activity against the idle timeout
+    -- ('W.setMinimumReceive'; default 1 KiB): a request head trickled in
+    -- more slowly does not hold a connection open.
   , cfgLimits      :: !Limits
     -- ^ Request head limits ('defaultLimits': 8 KiB of head, 100 header
     -- lines, 1 MiB of discarded body).
@@ -111,6 +115,7 @@ defaultServerConfig = ServerConfig
   , cfgMaxClients = 10000
   , cfgAcceptBatch = 64
   , cfgIdleTimeout = 60000000
+  , cfgMinReceive = 1024
   , cfgLimits = defaultLimits
   }
 
@@ -353,7 +358,8 @@ acceptConnections srv = do
                 , eHOSTUNREACH, eOPNOTSUPP, eNETUNREACH ]
     setUp c = do
       W.setNoDelay (connSocket c) True
-      when (cfgIdleTimeout (srvConfig srv) > 0) $
+      when (cfgIdleTimeout (srvConfig srv) > 0) $ do
+        W.setMinimumReceive (connSocket c) (cfgMinReceive (srvConfig srv))
         W.setIdleTimeout (connSocket c) (cfgIdleTimeout (srvConfig srv))
 
 -- | A connection and its watch; throws an 'IOError' if the socket cannot
