@@ -142,9 +142,7 @@ agreement server path = do
 
   it "sends a whole file (responseFile)" $ serve $ \port -> within 20 "file" $ do
     c <- connectTo port
-    r <- request c "GET" "/file" ""
-    rHead r `shouldBe` fileHead 200 fileBytes Nothing
-    rBody r `shouldBe` fileContent
+    expectFile c "/file" "" 200 fileBytes Nothing fileContent
     -- The connection is still good.
     r2 <- request c "GET" "/hello" ""
     rawOf r2 `shouldBe` helloResp
@@ -152,19 +150,15 @@ agreement server path = do
 
   it "sends byte ranges of a file (Range)" $ serve $ \port -> within 10 "range" $ do
     c <- connectTo port
-    r <- request c "GET" "/file" "Range: bytes=100000-100099\r\n"
-    rHead r `shouldBe` fileHead 206 100 (Just "bytes 100000-100099/3145745")
-    rBody r `shouldBe` B.take 100 (B.drop 100000 fileContent)
-    r2 <- request c "GET" "/file" "Range: bytes=-10\r\n"
-    rHead r2 `shouldBe` fileHead 206 10 (Just "bytes 3145735-3145744/3145745")
-    rBody r2 `shouldBe` B.drop (fileBytes - 10) fileContent
+    expectFile c "/file" "Range: bytes=100000-100099\r\n" 206 100
+      (Just "bytes 100000-100099/3145745") (B.take 100 (B.drop 100000 fileContent))
+    expectFile c "/file" "Range: bytes=-10\r\n" 206 10
+      (Just "bytes 3145735-3145744/3145745") (B.drop (fileBytes - 10) fileContent)
     closeConn c
 
   it "sends a part of a file (FilePart)" $ serve $ \port -> within 10 "part" $ do
     c <- connectTo port
-    r <- request c "GET" "/part" ""
-    rHead r `shouldBe` fileHead 200 5000 (Just "bytes 1000-5999/3145745")
-    rBody r `shouldBe` B.take 5000 (B.drop 1000 fileContent)
+    expectFile c "/part" "" 200 5000 (Just "bytes 1000-5999/3145745") (B.take 5000 (B.drop 1000 fileContent))
     closeConn c
 
   it "answers HEAD with headers only" $ serve $ \port -> within 10 "HEAD" $ do
@@ -257,6 +251,14 @@ agreement server path = do
 
 streamResp :: B.ByteString
 streamResp = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nServer: Warp/3.3.21\r\nContent-Type: text/plain\r\n\r\n0003\r\none\r\n0004\r\ntwo,\r\n0005\r\nthree\r\n0\r\n\r\n"
+
+-- | Request a file (with extra header lines) and expect warp's head for
+-- the status, length and content range, and exactly these bytes.
+expectFile :: Conn -> B.ByteString -> B.ByteString -> Int -> Int -> Maybe B.ByteString -> B.ByteString -> IO ()
+expectFile c path extra status len range bytes = do
+  r <- request c "GET" path extra
+  rHead r `shouldBe` fileHead status len range
+  rBody r `shouldBe` bytes
 
 fileHead :: Int -> Int -> Maybe B.ByteString -> B.ByteString
 fileHead status len range = B.concat
