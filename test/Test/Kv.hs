@@ -18,6 +18,8 @@ import Data.List (sort)
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
+import System.Directory (findExecutable)
+import System.Process (StdStream (NoStream), createProcess, proc, std_err, std_out, terminateProcess, waitForProcess)
 import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck hiding (within)
@@ -217,8 +219,73 @@ ok = RSimple "OK"
 wrongType :: Reply
 wrongType = RError "WRONGTYPE Operation against a key holding the wrong kind of value"
 
+-- | Start a real redis-server (persistence off) on a free loopback port
+-- for the body; 'Nothing' if there is no redis-server to run.
+withRedis :: (Maybe SockAddr -> IO a) -> IO a
+withRedis body = do
+  exe <- findExecutable "redis-server"
+  case exe of
+    Nothing -> body Nothing
+    Just path -> do
+      port <- bracket (N.socket N.AF_INET N.Stream N.defaultProtocol) N.close $ \s -> do
+        N.bind s (SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
+        N.socketPort s
+      let addr = SockAddrInet port (N.tupleToHostAddress (127, 0, 0, 1))
+          args = [ "--port", show port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"
+                 , "--daemonize", "no", "--logfile", "" ]
+      bracket (createProcess (proc path args) { std_out = NoStream, std_err = NoStream })
+              (\(_, _, _, ph) -> terminateProcess ph >> void (waitForProcess ph)) $ \_ -> do
+        let ready (0 :: Int) = fail "redis-server did not start"
+            ready k = do
+              r <- try (bracket (connectClient addr) N.close (\_ -> return ()))
+              either (\(_ :: IOException) -> threadDelay 20000 >> ready (k - 1)) return r
+        ready 250
+        body (Just addr)
+
+-- | Integers as clients send them: the 64-bit edges, one past them, 18
+-- to 20 digits, leading zeros, signs, spaces, exponents.
+integerEdges :: [ByteString]
+integerEdges =
+  [ "0", "-0", "01", "-01", "1", "-1", "+1", " 1", "1 ", "1e3", "", "-"
+  , "123456789012345678", "-123456789012345678", "1234567890123456789", "-1234567890123456789"
+  , "9223372036854775806", "9223372036854775807", "9223372036854775808"
+  , "-9223372036854775807", "-9223372036854775808", "-9223372036854775809"
+  , "18446744073709551615", "18446744073709551616", "99999999999999999999", "100000000000000000000" ]
+
+-- | The same commands on weft-kv and redis-server; replies compared one
+-- by one.
+differential :: SockAddr -> SockAddr -> [[ByteString]] -> IO ()
+differential kv redis cmds = withClient kv $ \a -> withClient redis $ \b ->
+  forM_ cmds $ \c -> do
+    let sent who = handle (\(e :: SomeException) -> fail (who ++ " on " ++ show c ++ ": " ++ show e))
+    ra <- sent "weft-kv" (cmd a c)
+    rb <- sent "redis-server" (cmd b c)
+    (c, ra) `shouldBe` (c, rb)
+
 serverSpec :: Spec
 serverSpec = do
+ it "answers integer commands at the 64-bit edges exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Nothing -> pendingWith "no redis-server here (Debian package redis-server)"
+    Just redis -> withKv 65536 $ \kv -> do
+      let key i = C.pack ("int:" ++ show (i :: Int))
+          perValue i v =
+            [ ["SET", key i, v], ["GET", key i], ["INCR", key i], ["GET", key i]
+            , ["SET", key i, v], ["DECR", key i], ["GET", key i]
+            , ["SET", key i, "5"], ["INCRBY", key i, v], ["DECRBY", key i, v]
+            , ["SET", key i, v], ["INCRBY", key i, "1"], ["DECRBY", key i, "1"], ["INCRBY", key i, "-9223372036854775808"]
+            , ["LRANGE", "list", v, v], ["LRANGE", "list", "0", v] ]
+      differential kv redis (["RPUSH", "list", "a", "b", "c"] : concat (zipWith perValue [0 ..] integerEdges))
+ it "answers integer commands on random 64-bit values exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Nothing -> pendingWith "no redis-server here (Debian package redis-server)"
+    Just redis -> withKv 65536 $ \kv -> do
+      values <- generate (vectorOf 200 (oneof
+        [ show <$> (arbitrary :: Gen Int), show <$> choose (maxBound - 100, maxBound :: Int)
+        , show <$> choose (minBound, minBound + 100 :: Int), listOf1 (elements "0123456789-") ]))
+      let cmds i v = let k = C.pack ("rnd:" ++ show (i :: Int)) in
+            [ ["SET", k, C.pack v], ["INCR", k], ["INCRBY", k, C.pack v], ["DECRBY", k, "7"] ]
+      differential kv redis (concat (zipWith cmds [0 ..] values))
  it "with --timeout, closes a client that trickles a command, and keeps one that talks" $
   withKvConfig defaultServerConfig { serverTimeout = 300000, serverMinReceive = 64 } $ \addr ->
     withClient addr $ \slow -> withClient addr $ \steady -> do

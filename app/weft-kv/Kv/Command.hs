@@ -89,7 +89,7 @@ commands = Map.fromList
   , ("INCR", (Exactly 1, \[k] -> OnKey k (incrOp 1)))
   , ("DECR", (Exactly 1, \[k] -> OnKey k (incrOp (-1))))
   , ("INCRBY", (Exactly 2, \[k, n] -> withInt n (OnKey k . incrOp)))
-  , ("DECRBY", (Exactly 2, \[k, n] -> withInt n (\d -> if d == minBound then Answer notInteger else OnKey k (incrOp (negate d)))))
+  , ("DECRBY", (Exactly 2, \[k, n] -> withInt n (\d -> if d == minBound then Answer (RError "ERR decrement would overflow") else OnKey k (incrOp (negate d)))))
     -- Keys
   , ("DEL", (AtLeast 1, \ks -> OnKeys [ (k, delOp) | k <- ks ] sumInts))
   , ("EXISTS", (AtLeast 1, \ks -> OnKeys [ (k, existsOp) | k <- ks ] sumInts))

@@ -41,7 +41,7 @@ import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Weft.Internal.Bytes (byteAt)
-import Data.Word (Word8)
+import Data.Word (Word8, Word64)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (poke)
@@ -249,12 +249,30 @@ decimalIn input from to
 -- Between chunks the decoder keeps the unconsumed bytes, which are at most
 -- one incomplete header or inline line.
 
--- | A decimal integer with an optional @-@, nothing else, at most 18
--- digits (so it cannot overflow an 'Int').
+-- | A signed 64-bit integer written as redis writes and accepts one
+-- (redis's @string2ll@): an optional @-@ and decimal digits, nothing else;
+-- no leading zeros (so not @01@ or @-0@, but @0@); from -2^63 to 2^63-1.
 readInteger :: ByteString -> Maybe Int
-readInteger bs = case decimalIn bs 0 (B.length bs) of
-  n | n == invalidNumber -> Nothing
-    | otherwise -> Just n
+readInteger bs
+  | len == 0 || len > 20 = Nothing
+  | len == 1 && byteAt bs 0 == 48 = Just 0
+  | otherwise =
+      let negative = byteAt bs 0 == 45
+          start = if negative then 1 else 0
+          -- The magnitude's limit: 2^63 for a negative number.
+          limit = if negative then 9223372036854775808 else 9223372036854775807 :: Word64
+          go !i !acc
+            | i == len = Just acc
+            | d < 48 || d > 57 = Nothing
+            | acc > (limit - fromIntegral (d - 48)) `quot` 10 = Nothing
+            | otherwise = go (i + 1) (acc * 10 + fromIntegral (d - 48))
+            where d = byteAt bs i
+      in if start >= len || byteAt bs start < 49 || byteAt bs start > 57 then Nothing
+         else case go start 0 of
+           Nothing -> Nothing
+           Just m -> Just (if negative then fromIntegral (negate m) else fromIntegral m)
+  where
+    len = B.length bs
 
 -- | A command as a client sends it: a multibulk array of bulk strings.
 encodeCommand :: [ByteString] -> ByteString
@@ -338,22 +356,27 @@ sharedBulkBytes = 16384
 
 -- | Digits of a decimal integer, with its sign.
 decimalLength :: Int -> Int
-decimalLength n
-  | n < 0 = 1 + decimalLength (negate n)   -- minBound never occurs: lengths and counts
-  | otherwise = go 1 n
+decimalLength n = (if n < 0 then 1 else 0) + digitCount (magnitude n)
+
+digitCount :: Word64 -> Int
+digitCount = go 1
   where go !k m = if m < 10 then k else go (k + 1) (m `quot` 10)
+
+-- | The absolute value, which for 'minBound' (-2^63) only a 'Word64' holds.
+magnitude :: Int -> Word64
+magnitude n = if n < 0 then negate (fromIntegral n) else fromIntegral n
 
 -- | Write a decimal integer; returns the end.
 decimal :: Ptr Word8 -> Int -> IO (Ptr Word8)
-decimal p n
-  | n < 0 = poke p 45 >> decimal (p `plusPtr` 1) (negate n)
-  | otherwise = do
-      let len = decimalLength n
-          go !i m = do
-            poke (p `plusPtr` i) (fromIntegral (48 + m `rem` 10) :: Word8)
-            if i == 0 then return () else go (i - 1) (m `quot` 10)
-      go (len - 1) n
-      return (p `plusPtr` len)
+decimal p0 n = do
+  p <- if n < 0 then poke p0 45 >> return (p0 `plusPtr` 1) else return p0
+  let m0 = magnitude n
+      len = digitCount m0
+      go !i m = do
+        poke (p `plusPtr` i) (fromIntegral (48 + m `rem` 10) :: Word8)
+        if i == 0 then return () else go (i - 1) (m `quot` 10)
+  go (len - 1) m0
+  return (p `plusPtr` len)
 
 -- | Decode one reply from the front of the input: 'Right Nothing' if it is
 -- incomplete, else the reply and the rest. For clients (the tests and the
