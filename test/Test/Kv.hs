@@ -276,6 +276,15 @@ serverSpec = do
             , ["SET", key i, v], ["INCRBY", key i, "1"], ["DECRBY", key i, "1"], ["INCRBY", key i, "-9223372036854775808"]
             , ["LRANGE", "list", v, v], ["LRANGE", "list", "0", v] ]
       differential kv redis (["RPUSH", "list", "a", "b", "c"] : concat (zipWith perValue [0 ..] integerEdges))
+ it "answers MGET across types and unknown commands exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Nothing -> pendingWith "no redis-server here (Debian package redis-server)"
+    Just redis -> withKv 65536 $ \kv -> differential kv redis
+      [ ["SET", "m:s", "v"], ["RPUSH", "m:l", "x"], ["SADD", "m:t", "y"]
+      , ["MGET", "m:s", "m:l", "m:missing", "m:t", "m:s"]
+      , ["FOO"], ["FOO", "a", "b"], ["foo", "a b", "c\r\nd"]
+      , ["NOSUCH", B.replicate 100 120, B.replicate 100 121, "z"]
+      , [B.replicate 200 110, "x"] ]
  it "answers integer commands on random 64-bit values exactly as redis-server does" $
   withRedis $ \found -> case found of
     Nothing -> pendingWith "no redis-server here (Debian package redis-server)"
@@ -411,7 +420,7 @@ serverSpec = do
 
   it "answers unknown commands and bad arity with an error and keeps the connection" $ \addr ->
     withClient addr $ \c -> do
-      cmd c ["NOSUCH", "x"] `shouldReturn` RError "ERR unknown command 'NOSUCH'"
+      cmd c ["NOSUCH", "x"] `shouldReturn` RError "ERR unknown command 'NOSUCH', with args beginning with: 'x' "
       cmd c ["GET"] `shouldReturn` RError "ERR wrong number of arguments for 'get' command"
       cmd c ["GET", "a", "b"] `shouldReturn` RError "ERR wrong number of arguments for 'get' command"
       cmd c ["PING"] `shouldReturn` RSimple "PONG"

@@ -52,7 +52,7 @@ plan (name : args) = case Map.lookup (upper name) commands of
   Just (arity, build)
     | arityOk arity (length args) -> build args
     | otherwise -> Answer (RError ("ERR wrong number of arguments for '" <> lower (printable name) <> "' command"))
-  Nothing -> Answer (RError ("ERR unknown command '" <> printable name <> "'"))
+  Nothing -> Answer (unknownCommand name args)
   where
     arityOk (Exactly n) k = k == n
     arityOk (AtLeast n) k = k >= n
@@ -67,6 +67,16 @@ upper s | B.any isLowerW s = B.map (\c -> if isLowerW c then c - 32 else c) s
 
 -- | Text that is safe inside an error reply: at most 64 bytes, controls
 -- (CR, LF among them) replaced with spaces.
+-- | redis's error for an unknown command: the name and the first
+-- arguments, quoted, up to 128 bytes of each (newlines as spaces).
+unknownCommand :: ByteString -> [ByteString] -> Reply
+unknownCommand name args =
+  RError ("ERR unknown command '" <> quoted 128 name <> "', with args beginning with: " <> go B.empty args)
+  where
+    go acc (a : rest) | B.length acc < 128 = go (acc <> "'" <> quoted (128 - B.length acc) a <> "' ") rest
+    go acc _ = acc
+    quoted n = B.map (\c -> if c == 13 || c == 10 then 32 else c) . B.take n
+
 printable :: ByteString -> ByteString
 printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 
@@ -84,7 +94,7 @@ commands = Map.fromList
     -- Strings
   , ("GET", (Exactly 1, \[k] -> OnKey k getOp))
   , ("SET", (AtLeast 2, setCommand))
-  , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, getOp) | k <- ks ] RArray))
+  , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, mgetOp) | k <- ks ] RArray))
   , ("MSET", (AtLeast 2, msetCommand))
   , ("INCR", (Exactly 1, \[k] -> OnKey k (incrOp 1)))
   , ("DECR", (Exactly 1, \[k] -> OnKey k (incrOp (-1))))
@@ -181,6 +191,13 @@ getOp _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
   Just (VString s) -> RBulk s
   Just _ -> wrongType
+
+-- | MGET's part for one key: as GET, but a key of another type is nil,
+-- as redis has it.
+mgetOp :: KeyOp
+mgetOp _ _ v = Outcome Keep $ case v of
+  Just (VString s) -> RBulk s
+  _ -> RNil
 
 -- | SET key value [EX seconds | PX milliseconds] [NX | XX]
 setCommand :: [ByteString] -> Plan
