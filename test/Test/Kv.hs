@@ -285,6 +285,19 @@ serverSpec = do
       , ["FOO"], ["FOO", "a", "b"], ["foo", "a b", "c\r\nd"]
       , ["NOSUCH", B.replicate 100 120, B.replicate 100 121, "z"]
       , [B.replicate 200 110, "x"] ]
+ it "answers SETNX, GETSET, APPEND, STRLEN, PERSIST, SREM and HDEL exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Nothing -> pendingWith "no redis-server here (Debian package redis-server)"
+    Just redis -> withKv 65536 $ \kv -> differential kv redis
+      [ ["SETNX", "c:a", "1"], ["SETNX", "c:a", "2"], ["GET", "c:a"]
+      , ["GETSET", "c:a", "3"], ["GETSET", "c:new", "x"], ["GET", "c:new"]
+      , ["APPEND", "c:b", "hello"], ["APPEND", "c:b", " world"], ["GET", "c:b"], ["STRLEN", "c:b"], ["STRLEN", "c:none"]
+      , ["SET", "c:t", "v", "EX", "100"], ["PERSIST", "c:t"], ["TTL", "c:t"], ["PERSIST", "c:t"], ["PERSIST", "c:none"]
+      , ["SET", "c:g", "v", "EX", "100"], ["GETSET", "c:g", "w"], ["TTL", "c:g"]
+      , ["SADD", "c:s", "a", "b", "c"], ["SREM", "c:s", "a", "z", "b"], ["SCARD", "c:s"], ["SREM", "c:s", "c"], ["EXISTS", "c:s"]
+      , ["HSET", "c:h", "f", "1", "g", "2"], ["HDEL", "c:h", "f", "x"], ["HLEN", "c:h"], ["HDEL", "c:h", "g"], ["EXISTS", "c:h"]
+      , ["RPUSH", "c:l", "x"], ["SETNX", "c:l", "v"], ["GETSET", "c:l", "v"], ["APPEND", "c:l", "v"], ["STRLEN", "c:l"]
+      , ["SREM", "c:l", "x"], ["HDEL", "c:l", "x"], ["SREM", "c:none", "x"], ["HDEL", "c:none", "x"] ]
  it "answers integer commands on random 64-bit values exactly as redis-server does" $
   withRedis $ \found -> case found of
     Nothing -> pendingWith "no redis-server here (Debian package redis-server)"

@@ -96,6 +96,13 @@ commands = Map.fromList
   , ("SET", (AtLeast 2, setCommand))
   , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, mgetOp) | k <- ks ] RArray))
   , ("MSET", (AtLeast 2, msetCommand))
+  , ("SETNX", (Exactly 2, \[k, v] -> OnKey k (setnxOp (B.copy v))))
+  , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
+  , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
+  , ("STRLEN", (Exactly 1, \[k] -> OnKey k strlenOp))
+  , ("PERSIST", (Exactly 1, \[k] -> OnKey k persistOp))
+  , ("SREM", (AtLeast 2, \(k : ms) -> OnKey k (sremOp ms)))
+  , ("HDEL", (AtLeast 2, \(k : fs) -> OnKey k (hdelOp fs)))
   , ("INCR", (Exactly 1, \[k] -> OnKey k (incrOp 1)))
   , ("DECR", (Exactly 1, \[k] -> OnKey k (incrOp (-1))))
   , ("INCRBY", (Exactly 2, \[k, n] -> withInt n (OnKey k . incrOp)))
@@ -191,6 +198,40 @@ getOp _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
   Just (VString s) -> RBulk s
   Just _ -> wrongType
+
+-- | SETNX: set a string only if the key does not exist (of any type).
+setnxOp :: ByteString -> KeyOp
+setnxOp new _ _ v = case v of
+  Nothing -> Outcome (Fresh (VString new)) (RInt 1)
+  Just _ -> Outcome Keep (RInt 0)
+
+-- | GETSET: set a string (dropping any expiry), answering the old one.
+getsetOp :: ByteString -> KeyOp
+getsetOp new _ _ v = case v of
+  Nothing -> Outcome (Fresh (VString new)) RNil
+  Just (VString old) -> Outcome (Fresh (VString new)) (RBulk old)
+  Just _ -> Outcome Keep wrongType
+
+-- | APPEND: the string's new length; a missing key is an empty string.
+appendOp :: ByteString -> KeyOp
+appendOp more _ _ v = case v of
+  Nothing -> grown B.empty
+  Just (VString s) -> grown s
+  Just _ -> Outcome Keep wrongType
+  where grown s = let s' = s <> more in Outcome (Replace (VString s')) (RInt (B.length s'))
+
+strlenOp :: KeyOp
+strlenOp _ _ v = Outcome Keep $ case v of
+  Nothing -> RInt 0
+  Just (VString s) -> RInt (B.length s)
+  Just _ -> wrongType
+
+-- | PERSIST: 1 if the key's expiry was removed, 0 if it had none or is
+-- missing.
+persistOp :: KeyOp
+persistOp _ deadline v = case v of
+  Just value | deadline /= 0 -> Outcome (Fresh value) (RInt 1)
+  _ -> Outcome Keep (RInt 0)
 
 -- | MGET's part for one key: as GET, but a key of another type is nil,
 -- as redis has it.
@@ -389,6 +430,14 @@ scardOp _ _ v = Outcome Keep $ case v of
   Just (VSet s) -> RInt (Set.size s)
   Just _ -> wrongType
 
+-- | SREM: how many of the members were there; an emptied set goes.
+sremOp :: [ByteString] -> KeyOp
+sremOp ms _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VSet s) -> let s' = foldr Set.delete s ms
+                   in Outcome (if Set.null s' then Delete else Replace (VSet s')) (RInt (Set.size s - Set.size s'))
+  Just _ -> Outcome Keep wrongType
+
 sismemberOp :: ByteString -> KeyOp
 sismemberOp m _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
@@ -422,6 +471,14 @@ hgetOp f _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
   Just (VHash h) -> maybe RNil RBulk (Map.lookup f h)
   Just _ -> wrongType
+
+-- | HDEL: how many of the fields were there; an emptied hash goes.
+hdelOp :: [ByteString] -> KeyOp
+hdelOp fs _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VHash h) -> let h' = foldr Map.delete h fs
+                    in Outcome (if Map.null h' then Delete else Replace (VHash h')) (RInt (Map.size h - Map.size h'))
+  Just _ -> Outcome Keep wrongType
 
 hlenOp :: KeyOp
 hlenOp _ _ v = Outcome Keep $ case v of
