@@ -432,11 +432,17 @@ scardOp _ _ v = Outcome Keep $ case v of
 
 -- | SREM: how many of the members were there; an emptied set goes.
 sremOp :: [ByteString] -> KeyOp
-sremOp ms _ _ v = case v of
+sremOp = removeFrom (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet Set.delete Set.size
+
+-- | Remove items from a collection: how many were there. A key whose
+-- collection empties goes, as in redis; one of another type is WRONGTYPE.
+removeFrom :: (Value -> Maybe c) -> (c -> Value) -> (ByteString -> c -> c) -> (c -> Int) -> [ByteString] -> KeyOp
+removeFrom view wrap remove size items _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
-  Just (VSet s) -> let s' = foldr Set.delete s ms
-                   in Outcome (if Set.null s' then Delete else Replace (VSet s')) (RInt (Set.size s - Set.size s'))
-  Just _ -> Outcome Keep wrongType
+  Just value -> case view value of
+    Nothing -> Outcome Keep wrongType
+    Just c -> let c' = foldr remove c items
+              in Outcome (if size c' == 0 then Delete else Replace (wrap c')) (RInt (size c - size c'))
 
 sismemberOp :: ByteString -> KeyOp
 sismemberOp m _ _ v = Outcome Keep $ case v of
@@ -474,11 +480,7 @@ hgetOp f _ _ v = Outcome Keep $ case v of
 
 -- | HDEL: how many of the fields were there; an emptied hash goes.
 hdelOp :: [ByteString] -> KeyOp
-hdelOp fs _ _ v = case v of
-  Nothing -> Outcome Keep (RInt 0)
-  Just (VHash h) -> let h' = foldr Map.delete h fs
-                    in Outcome (if Map.null h' then Delete else Replace (VHash h')) (RInt (Map.size h - Map.size h'))
-  Just _ -> Outcome Keep wrongType
+hdelOp = removeFrom (\x -> case x of VHash h -> Just h; _ -> Nothing) VHash Map.delete Map.size
 
 hlenOp :: KeyOp
 hlenOp _ _ v = Outcome Keep $ case v of
