@@ -12,7 +12,7 @@ import Control.Concurrent (threadDelay)
 import Control.Exception
 import Control.Monad
 import Data.IORef
-import Data.List (isPrefixOf)
+import Data.List (isPrefixOf, isSuffixOf)
 import qualified Data.Map.Strict as Map
 import System.FilePath ((</>))
 import System.Posix.Signals (signalProcess, sigUSR1)
@@ -109,7 +109,7 @@ spinBench st = do
 -- arm, which has none: it is never signalled).
 dispatcherCounters :: String -> Server -> IO (Map.Map String Double)
 dispatcherCounters label srv
-  | "-ghc" `isSuffixOfS` label = return Map.empty
+  | "-ghc" `isSuffixOf` label = return Map.empty
   | otherwise = do
       signalProcess sigUSR1 (fromIntegral (srvPid srv))
       threadDelay 30000
@@ -118,7 +118,6 @@ dispatcherCounters label srv
       return $ case [ l | l <- lines text, "weft-stats " `isPrefixOf` l ] of
         [] -> Map.empty
         ls -> Map.fromList [ (k, read v) | w <- words (last ls), (k, '=' : v) <- [break (== '=') w] ]
-  where isSuffixOfS suf s = reverse suf `isPrefixOf` reverse s
 
 readFileStrict :: FilePath -> IO String
 readFileStrict p = do
