@@ -77,9 +77,9 @@ spinBench st = do
                       | (c, g) <- zip concs groups, ((a, _), srv) <- zip arms srvs ]
           res <- interleave "spin" (setReps st) cells
           reportWith ["ghc"] ("spin-" ++ kind ++ "-N" ++ show n) groups armNames False res
-  simple <- family "SimpleServer, 90-byte requests, 323-byte replies" "simple" [1, 16, 64, 400]
+  simple <- family "SimpleServer, 90-byte requests, 323-byte replies" "simple" [1, 16, 64, 400 :: Int]
               ["90", "323"] (\n srv c -> loadgen bin st srv n ["--conns", show c])
-  pong <- family "HTTP pong under wrk" "pong" [16, 64, 400] []
+  pong <- family "HTTP pong under wrk" "pong" [16, 64, 400 :: Int] []
               (\_ srv c -> wrkSample wrkRun srv c "/")
   echo <- do
     let label a = "spin-echo-" ++ a

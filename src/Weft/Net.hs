@@ -661,7 +661,11 @@ serve cfg addr handler = do
       void $ mask_ $ forkOnWithUnmask cap $ \unmask ->
         unmask (setUp conn >> handler conn peer)
           `catch` (\e -> serverOnException cfg peer e `catch` ignore)
-          `finally` (atomicModifyIORef' live (\m -> (IM.delete (fromIntegral key) m, ())) >> close conn)
+          `finally` (atomicModifyIORef' live (\m -> (forget (fromIntegral key) m, ())) >> close conn)
+      where
+        -- A connection closed to make room frees its fd number before its
+        -- handler ends, and a newer connection may hold it by now.
+        forget = IM.update (\c -> if c == conn then Nothing else Just c)
     setUp conn = do
       when (serverNoDelay cfg) $ setNoDelay conn True `catch` \e -> ignore (toException (e :: IOException))
       when (serverMinReceive cfg > 0) $ setMinimumReceive conn (serverMinReceive cfg)
