@@ -24,7 +24,6 @@ import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
 import Foreign.C.Types (CInt)
-import GHC.Clock (getMonotonicTimeNSec)
 import Network.Socket (SockAddr)
 import System.Posix.Types (Fd (..))
 
@@ -36,6 +35,7 @@ import qualified Weft.Net.Socket as Socket
 import Weft.Timer (TimeoutKey, getSystemTimerManager, registerTimeout)
 
 import Kv.Command
+import Kv.Plan (ok)
 import Kv.Resp
 import Kv.Store
 
@@ -121,7 +121,15 @@ data Conn = Conn
     -- next data will announce itself with an edge.
   , connWriting :: !(IORef Bool)
     -- ^ The watch is rearmed for writing (the socket's buffer was full).
+  , connHeld    :: !(IORef [Item])
+    -- ^ Commands decoded but held back behind a survey until the
+    -- commands before it have run (Note [Store-wide commands]); reading
+    -- pauses while there are any.
   }
+
+-- | What a read decoded: a command, or the protocol error that ended the
+-- input.
+data Item = Command [ByteString] | Malformed ByteString
 
 -- | A reply waiting for its turn.
 data Early
@@ -248,7 +256,7 @@ adopt env (sock, _) = do
     Right fw -> do
       c <- Conn sock fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
              <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef Open
-             <*> newIORef True <*> newIORef False <*> newIORef False
+             <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef []
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
@@ -276,17 +284,19 @@ readable env c = do
         Got bs -> do
           dec <- readIORef (connDecoder c)
           let Decoded cmds next = feed (envLimits env) dec bs
-          quit <- dispatch env c cmds
+              items = map Command cmds ++ either (\(ProtocolError msg) -> [Malformed msg]) (const []) next
+          held <- readIORef (connHeld c)
+          ended <- if null held then dispatch env c items
+                   else False <$ writeIORef (connHeld c) (held ++ items)
+          held' <- readIORef (connHeld c)
           case next of
-            _ | quit -> finish True
-            Left (ProtocolError msg) -> do
-              s <- takeSeq c
-              place c s [encodeReply (RError msg)]
-              finish True
+            _ | ended -> finish True
+            -- The error is an item, answered in its turn; no more input.
+            Left _ -> finish True
             Right dec' -> do
               writeIORef (connDecoder c) dec'
               let full = B.length bs == chunkSize
-              if full && k > 1 then readChunks (k - 1) else do
+              if full && k > 1 && null held' then readChunks (k - 1) else do
                 unless full (writeIORef (connDrained c) True)
                 settle env c
         Again -> writeIORef (connDrained c) True >> settle env c
@@ -314,6 +324,9 @@ data Work
   | WorkAll !Int [(ByteString, KeyOp)] ([Reply] -> Reply)
     -- ^ A multi-key command whose keys all have this color: its parts
     -- and their join, done in one go (Note [Multi-key commands]).
+  | WorkFlush !Int !(IORef Int)
+    -- ^ FLUSHDB's part on this color, and the colors still to flush: the
+    -- last one answers (Note [Store-wide commands]).
 
 -- | What a 'Work' answered: a whole command's encoded reply, or one part
 -- of a multi-key command.
@@ -321,20 +334,40 @@ data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)]
 
 -- | Give each command a sequence number and start it, one event per key
 -- color for the whole batch (Note [Batches per color]). Returns whether a
--- QUIT ended the list (the commands after it are dropped).
-dispatch :: Env -> Conn -> [[ByteString]] -> IO Bool
-dispatch env c cmds0 = do
-  (quit, groups) <- go cmds0 IntMap.empty
+-- QUIT or a protocol error ended the input (the commands after it are
+-- dropped). A survey that must wait holds the rest back in 'connHeld'.
+dispatch :: Env -> Conn -> [Item] -> IO Bool
+dispatch env c items0 = do
+  (ended, groups) <- go items0 IntMap.empty
   forM_ (IntMap.toList groups) $ \(color, works) ->
-    post rt color hCommand (runWorks env c (reverse works))
-  return quit
+    post rt color hCommand (runWorks env c color (reverse works))
+  return ended
   where
     rt = envRuntime env
     add color w = IntMap.insertWith (++) color [w]
     go [] groups = return (False, groups)
-    go (cmd : rest) groups = do
+    go (Malformed msg : _) groups = do
       s <- takeSeq c
-      case plan cmd of
+      place c s [encodeReply (RError msg)]
+      return (True, groups)
+    go items@(Command cmd : rest) groups = case plan cmd of
+      p | storeWide p -> do
+        outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+        if not (IntMap.null groups && outstanding == 0)
+          then (False, groups) <$ writeIORef (connHeld c) items
+          else do
+            s <- takeSeq c
+            case p of
+              Surveying op -> do
+                r <- readNow >>= \now -> survey (envStore env) now op
+                place c s (encodeReplyChunks r)
+                go rest groups
+              _ -> do
+                colors <- occupiedColors (envStore env)
+                if null colors then place c s (encodeReplyChunks ok) >> go rest groups else do
+                  left <- newIORef (length colors)
+                  go rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
+      p -> takeSeq c >>= \s -> case p of
         Answer r -> do
           place c s (encodeReplyChunks r)
           if isQuit cmd then return (True, groups) else go rest groups
@@ -350,6 +383,34 @@ dispatch env c cmds0 = do
                 [ (keyColor key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
           go rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
 
+-- Note [Store-wide commands]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- DBSIZE, KEYS and FLUSHDB touch every key, hence every one of the 65536
+-- key colors. An event per color would cost about 4 µs in all (post, run,
+-- answer): 0.3 s per command. Instead, such a command runs only once
+-- every command the client sent before it has run (nothing outstanding,
+-- nothing posted in its batch); until then it and the commands after it
+-- wait in 'connHeld', reading pauses, and 'settle' resumes them when the
+-- replies are in. Then:
+--
+-- * DBSIZE and KEYS read every color's map from the connection's color
+--   ('survey'): each map is immutable, and reading the 'IORef' that holds
+--   it is safe from any thread. About 1 ms, plus 1 ms per 30,000 keys.
+--
+-- * FLUSHDB and FLUSHALL write, so they run on the colors that hold keys
+--   ('occupiedColors', read as a survey does): a 'WorkFlush' part joins
+--   each such color's group of the batch, so it deletes the keys before
+--   the commands the client sends after it run. The colors count down a
+--   shared counter, and the last one answers; no other color posts a
+--   result. A store of 100,000 keys (on some 50,000 colors) takes about
+--   0.1 s; an empty one nothing.
+--
+-- The client sees its own writes, as with redis. Unlike redis's, the
+-- result is not one snapshot of the store when other clients write at
+-- the same time: each key is seen (or deleted) before or after another
+-- client's command on it, never half-way, and a key another client sets
+-- while a flush runs may survive it, as if set just after.
+
 -- Note [Batches per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~
 -- The commands decoded from one read are grouped by key color, in order:
@@ -362,10 +423,10 @@ dispatch env c cmds0 = do
 -- one event per command. Ordering replies is Note [Reply order]'s job.
 
 -- | Run a color's share of a batch, on that color.
-runWorks :: Env -> Conn -> [Work] -> IO ()
-runWorks env c works = do
+runWorks :: Env -> Conn -> Int -> [Work] -> IO ()
+runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
-  now <- getMonotonicTimeNSec
+  now <- readNow
   let runOne key op = runKeyOp (envStore env) (armExpiry env key) now key op
   results <- forM works $ \w -> case w of
     Work s key op -> do
@@ -377,7 +438,13 @@ runWorks env c works = do
       rs <- mapM (uncurry runOne) ps
       let !chunks = encodeReplyChunks (joinParts rs)
       return (Whole s chunks)
-  post (envRuntime env) (connColor c) hReply (resultsArrived env c results)
+    WorkFlush s left -> do
+      flushColor (envStore env) color
+      n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
+      return (if n == 0 then Whole s (encodeReplyChunks ok) else Parts s [])
+  -- Flushing colors but the last have nothing to answer.
+  let answers = filter (\r -> case r of Parts _ [] -> False; _ -> True) results
+  unless (null answers) $ post (envRuntime env) (connColor c) hReply (resultsArrived env c answers)
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do
@@ -435,6 +502,8 @@ place c s chunks = do
 -- if there is room.
 settle :: Env -> Conn -> IO ()
 settle env c = do
+  resumeHeld env c
+  held <- readIORef (connHeld c)
   outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
   size <- readIORef (connOutSize c)
   writing <- readIORef (connWriting c)
@@ -445,10 +514,31 @@ settle env c = do
   case phase of
     Open -> do
       reading <- readIORef (connReading c)
-      when (not reading && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
-    Finishing linger | outstanding == 0 && size' == 0 && not writing' ->
+      when (not reading && null held && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
+    Finishing linger | outstanding == 0 && null held && size' == 0 && not writing' ->
       if linger then startLinger env c else closeConn env c
     _ -> return ()
+
+-- | Does the command wait for the connection's earlier commands, to work
+-- on every key color (Note [Store-wide commands])?
+storeWide :: Plan -> Bool
+storeWide p = case p of
+  Surveying _ -> True
+  Flushing -> True
+  _ -> False
+
+-- | Dispatch the commands held behind a survey once nothing is
+-- outstanding (Note [Store-wide commands]).
+resumeHeld :: Env -> Conn -> IO ()
+resumeHeld env c = do
+  held <- readIORef (connHeld c)
+  outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+  phase <- readIORef (connPhase c)
+  let live = case phase of Open -> True; Finishing _ -> True; _ -> False
+  when (live && not (null held) && outstanding == 0) $ do
+    writeIORef (connHeld c) []
+    ended <- dispatch env c held
+    when ended $ writeIORef (connPhase c) (Finishing True)
 
 -- | Send the output; on a full socket buffer, keep the rest and continue
 -- when writable.
@@ -530,15 +620,16 @@ closeConn env c = do
 ------------------------------------------------------------------------------
 -- Expiry
 
--- | Register a key's expiry timer (delay in microseconds): when it fires,
--- an event of the key's color deletes the key if it is due (the timer
--- itself runs on a weft dispatcher, which must not touch the store).
-armExpiry :: Env -> ByteString -> Int -> IO TimeoutKey
-armExpiry env key us = do
+-- | Register a key's expiry timer (for the key's deadline, after a delay
+-- in microseconds): when it fires, an event of the key's color deletes
+-- the key if it is due (the timer itself runs on a weft dispatcher, which
+-- must not touch the store).
+armExpiry :: Env -> ByteString -> Int -> Int -> IO TimeoutKey
+armExpiry env key deadline us = do
   mgr <- getSystemTimerManager
   let !owned = B.copy key
   registerTimeout mgr us $
-    post (envRuntime env) (keyColor owned) hExpire (expireDue (envStore env) owned)
+    post (envRuntime env) (keyColor owned) hExpire (expireDue (envStore env) (armExpiry env owned) owned deadline)
       `catch` \RuntimeClosed -> return ()
 
 ------------------------------------------------------------------------------

@@ -10,14 +10,22 @@ module Kv.Store
   , Value (..)
   , ZSet (..)
   , emptyZSet
+    -- * Clocks
+  , Now (..)
+  , readNow
     -- * Operations on one key
   , KeyOp
   , Outcome (..)
   , Update (..)
+    -- * Operations on every key
+  , Survey (..)
     -- * The store
   , Store
   , newStore
   , runKeyOp
+  , survey
+  , occupiedColors
+  , flushColor
   , expireDue
   ) where
 
@@ -32,6 +40,7 @@ import Data.Primitive.Array (Array, arrayFromListN, indexArray)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as Set
 import Data.Word (Word8, Word64)
+import Data.Time.Clock.System (SystemTime (..), getSystemTime)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (peekByteOff)
 import GHC.Clock (getMonotonicTimeNSec)
@@ -39,7 +48,7 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
-import Kv.Resp (Reply)
+import Kv.Resp (Reply (..))
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -110,19 +119,35 @@ data Entry = Entry !Value !Expiry
 
 data Expiry
   = Persistent
-  | ExpiresAt !Word64 !TimeoutKey
-    -- ^ The monotonic deadline in nanoseconds, and the timer that deletes
-    -- the key then.
+  | ExpiresAt !Int !TimeoutKey
+    -- ^ The monotonic deadline in milliseconds, and the timer that deletes
+    -- the key then (or, for a far deadline, that arms the next timer:
+    -- 'timerHorizon').
+
+------------------------------------------------------------------------------
+-- Clocks
+
+-- | The time a batch of operations runs at, in milliseconds (redis's
+-- unit for expiry): the monotonic clock, which deadlines are kept on,
+-- and the wall clock, which absolute times (EXPIREAT, SET ... PXAT) and
+-- redis's overflow checks are given in.
+data Now = Now { nowMono :: !Int, nowWall :: !Int }
+
+readNow :: IO Now
+readNow = do
+  mono <- getMonotonicTimeNSec
+  MkSystemTime secs nanos <- getSystemTime
+  return (Now (fromIntegral (mono `quot` 1000000)) (fromIntegral secs * 1000 + fromIntegral (nanos `quot` 1000000)))
 
 ------------------------------------------------------------------------------
 -- Operations
 
--- | A command's work on one key: given the monotonic clock, the key's
--- expiry deadline on that clock (0 if none; both in nanoseconds) and its
+-- | A command's work on one key: given the clocks, the key's expiry
+-- deadline on the monotonic clock (in milliseconds, 0 if none) and its
 -- value ('Nothing' if the key does not exist or has expired), what to
 -- change and what to answer. Pure, so that the store alone deals with
 -- expiry timers and memory.
-type KeyOp = Word64 -> Word64 -> Maybe Value -> Outcome
+type KeyOp = Now -> Int -> Maybe Value -> Outcome
 
 data Outcome = Outcome !Update Reply
 
@@ -136,10 +161,19 @@ data Update
     -- ^ A new value; the key keeps its expiry (LPUSH, INCR, ...).
   | Fresh !Value
     -- ^ A new value without expiry (SET).
-  | FreshIn !Value !Int
-    -- ^ A new value that expires after this many microseconds (SET EX).
-  | ExpireIn !Int
-    -- ^ The key (which must exist) expires after this many microseconds.
+  | FreshUntil !Value !Int
+    -- ^ A new value that expires at this monotonic deadline in
+    -- milliseconds (SET EX); at once if it is not in the future.
+  | ExpireAt !Int
+    -- ^ The key (which must exist) expires at this monotonic deadline in
+    -- milliseconds; at once if it is not in the future.
+
+-- | A read of every key (Note [Store-wide commands] in "Kv.Server").
+data Survey
+  = CountKeys
+    -- ^ How many live keys: 'RInt'.
+  | MatchKeys (ByteString -> Bool)
+    -- ^ The live keys that match: an 'RArray' of bulk strings.
 
 ------------------------------------------------------------------------------
 -- The store
@@ -151,13 +185,14 @@ newtype Store = Store (Array (IORef (Map.Map ByteString Entry)))
 newStore :: IO Store
 newStore = Store . arrayFromListN colorCount <$> mapM (const (newIORef Map.empty)) [1 .. colorCount]
 
--- | Run an operation on a key, at the given monotonic time in
--- nanoseconds (keys whose deadline is not after it have expired). Must run
--- as an event of the key's color (Note [One store per color]). @arm delay@
--- registers the key's expiry timer (delay in microseconds) and returns its
--- key; the timer must end up calling 'expireDue' on the key's color.
-runKeyOp :: Store -> (Int -> IO TimeoutKey) -> Word64 -> ByteString -> KeyOp -> IO Reply
-runKeyOp (Store maps) arm now key op = do
+-- | Run an operation on a key, at the given time (keys whose deadline is
+-- not after it have expired). Must run as an event of the key's color
+-- (Note [One store per color]). @arm deadline delay@ registers the key's
+-- expiry timer (the monotonic deadline in milliseconds, the delay in
+-- microseconds) and returns its key; the timer must end up calling
+-- 'expireDue' with that deadline on the key's color.
+runKeyOp :: Store -> (Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
+runKeyOp (Store maps) arm clocks key op = do
   let ref = indexArray maps (keyColor key)
   m <- readIORef ref
   -- A key already past its deadline is gone, whatever its timer says.
@@ -168,16 +203,18 @@ runKeyOp (Store maps) arm now key op = do
           | otherwise -> Found m (Just v) e deadline
         Just (Entry v Persistent) -> Found m (Just v) Persistent 0
         Nothing -> Found m Nothing Persistent 0
-      !(Outcome update reply) = op now deadlineOf live
+      !(Outcome update reply) = op clocks deadlineOf live
       -- 'Map.adjust' keeps the stored key of an existing entry; a new key
       -- is copied, so as not to hold on to the request buffer it was
       -- sliced from.
       put e = writeIORef ref $ case live of
         Just _ -> Map.adjust (const e) key m0
         Nothing -> Map.insert (B.copy key) e m0
-      expiring v us = do
-        timer <- arm us
-        put (Entry v (ExpiresAt (now + fromIntegral us * 1000) timer))
+      expiring v deadline
+        | deadline <= now = writeIORef ref (Map.delete key m0)
+        | otherwise = do
+            timer <- arm deadline (timerDelay now deadline)
+            put (Entry v (ExpiresAt deadline timer))
   case update of
     Keep -> when (Map.size m0 /= Map.size m) (writeIORef ref m0)
     Delete -> do
@@ -187,30 +224,92 @@ runKeyOp (Store maps) arm now key op = do
     Fresh v -> do
       cancel expiry
       put (Entry v Persistent)
-    FreshIn v us -> do
+    FreshUntil v deadline -> do
       cancel expiry
-      expiring v us
-    ExpireIn us -> forM_ live $ \v -> do
+      expiring v deadline
+    ExpireAt deadline -> forM_ live $ \v -> do
       cancel expiry
-      if us <= 0 then writeIORef ref (Map.delete key m0) else expiring v us
+      expiring v deadline
   return reply
   where
-    cancel Persistent = return ()
-    cancel (ExpiresAt _ timer) = () <$ cancelTimeout timer
+    now = nowMono clocks
+
+cancel :: Expiry -> IO ()
+cancel Persistent = return ()
+cancel (ExpiresAt _ timer) = () <$ cancelTimeout timer
+
+-- | The longest delay an expiry timer is armed for, in milliseconds
+-- (about 12 days): redis accepts deadlines up to 2^63 ms away, far beyond
+-- what a timer's microsecond 'Int' holds, so a far deadline arms a timer
+-- for this long and 'expireDue' arms the next one when it fires. (A key
+-- read after its deadline is gone whatever its timer says: the timer
+-- only reclaims the memory of keys nobody reads.)
+timerHorizon :: Int
+timerHorizon = 2 ^ (30 :: Int)
+
+-- | The delay of the timer for a deadline, in microseconds.
+timerDelay :: Int -> Int -> Int
+timerDelay now deadline = min timerHorizon (deadline - now) * 1000
 
 -- | What 'runKeyOp' found: the map without the key if it had expired, the
 -- live value, its expiry and deadline (0 if none).
-data Found = Found !(Map.Map ByteString Entry) !(Maybe Value) !Expiry !Word64
+data Found = Found !(Map.Map ByteString Entry) !(Maybe Value) !Expiry !Int
 
--- | A key's expiry timer fired: delete the key if its deadline has come
--- (a key that was overwritten, deleted or given a later expiry since is
--- left alone). Must run as an event of the key's color.
-expireDue :: Store -> ByteString -> IO ()
-expireDue (Store maps) key = do
+-- | A key's expiry timer for this deadline fired: delete the key if the
+-- deadline has come, or arm the next timer if it is beyond the one this
+-- timer was armed for ('timerHorizon'; @arm@ as for 'runKeyOp'). A key
+-- that was deleted or given another expiry since is left alone: its own
+-- timer deals with it. Must run as an event of the key's color.
+expireDue :: Store -> (Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
+expireDue (Store maps) arm key armedFor = do
   let ref = indexArray maps (keyColor key)
   m <- readIORef ref
   case Map.lookup key m of
-    Just (Entry _ (ExpiresAt deadline _)) -> do
-      now <- getMonotonicTimeNSec
-      when (now >= deadline) $ writeIORef ref (Map.delete key m)
+    Just (Entry v (ExpiresAt deadline _)) | deadline == armedFor -> do
+      now <- nowMono <$> readNow
+      if now >= deadline
+        then writeIORef ref (Map.delete key m)
+        else do
+          next <- arm deadline (timerDelay now deadline)
+          writeIORef ref (Map.insert key (Entry v (ExpiresAt deadline next)) m)
     _ -> return ()
+
+-- | Read every color's keys, at the given time. Unlike everything else
+-- here, this runs on any color: it reads each color's map as its last
+-- event left it (an 'IORef' read of an immutable map, safe from any
+-- thread), so it sees everything the caller's earlier commands did once
+-- they have run, and any other client's writes either whole or not at all
+-- per key (Note [Store-wide commands] in "Kv.Server").
+survey :: Store -> Now -> Survey -> IO Reply
+survey (Store maps) clocks op = case op of
+  CountKeys -> RInt <$> foldColors (\n m -> n + Map.size (Map.filter live m)) 0
+  MatchKeys wanted -> RArray <$> foldColors (\acc m -> [ RBulk k | (k, e) <- Map.toList m, live e, wanted k ] ++ acc) []
+  where
+    live (Entry _ (ExpiresAt deadline _)) = deadline > nowMono clocks
+    live _ = True
+    foldColors :: (a -> Map.Map ByteString Entry -> a) -> a -> IO a
+    foldColors f z0 = go 0 z0
+      where
+        go !i !z
+          | i == colorCount = return z
+          | otherwise = readIORef (indexArray maps i) >>= \m -> go (i + 1) (f z m)
+
+-- | The colors whose maps hold keys (live or expired), read as 'survey'
+-- reads them.
+occupiedColors :: Store -> IO [Int]
+occupiedColors (Store maps) = go (colorCount - 1) []
+  where
+    go !i acc
+      | i < 0 = return acc
+      | otherwise = do
+          m <- readIORef (indexArray maps i)
+          go (i - 1) (if Map.null m then acc else i : acc)
+
+-- | Delete every key of a color, and cancel their expiry timers. Must run
+-- as an event of that color.
+flushColor :: Store -> Int -> IO ()
+flushColor (Store maps) color = do
+  let ref = indexArray maps color
+  m <- readIORef ref
+  forM_ m (\(Entry _ e) -> cancel e)
+  writeIORef ref Map.empty

@@ -1,0 +1,73 @@
+{-# LANGUAGE OverloadedStrings #-}
+-- | What weft-kv's command modules share: how a command is carried out
+-- ('Plan'), its table entry, and the replies and argument checks redis
+-- gives in the same words for many commands.
+module Kv.Plan
+  ( Plan (..)
+  , Arity (..)
+  , Command
+    -- * Replies
+  , ok
+  , wrongType
+  , notInteger
+  , syntaxError
+    -- * Arguments
+  , upper
+  , withInt
+  , withCount
+  ) where
+
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+
+import Kv.Resp
+import Kv.Store
+
+-- | How a command is carried out.
+data Plan
+  = Answer Reply
+    -- ^ No key involved: the reply, computed on the connection's color.
+  | OnKey !ByteString KeyOp
+    -- ^ One operation on one key, run on the key's color.
+  | OnKeys [(ByteString, KeyOp)] ([Reply] -> Reply)
+    -- ^ One operation per key, each on its key's color; their replies, in
+    -- the order of the list, are joined into the command's reply.
+  | Surveying Survey
+    -- ^ A read of every key, once the connection's earlier commands have
+    -- run (Note [Store-wide commands] in "Kv.Server").
+  | Flushing
+    -- ^ Delete every key, on every key color.
+
+-- | How many arguments (after the name) a command takes.
+data Arity = Exactly !Int | AtLeast !Int | Between !Int !Int
+
+-- | A command's table entry: its name (upper case), its arity, and its
+-- plan from its arguments (which the arity has checked).
+type Command = (ByteString, (Arity, [ByteString] -> Plan))
+
+ok :: Reply
+ok = RSimple "OK"
+
+-- | The reply to an operation on a key of another type.
+wrongType :: Reply
+wrongType = RError "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+notInteger, syntaxError :: Reply
+notInteger = RError "ERR value is not an integer or out of range"
+syntaxError = RError "ERR syntax error"
+
+-- | The name upper-cased, without copying when it already is.
+upper :: ByteString -> ByteString
+upper s | B.any isLowerW s = B.map (\c -> if isLowerW c then c - 32 else c) s
+        | otherwise = s
+  where isLowerW c = c >= 97 && c <= 122
+
+-- | An integer argument (redis's 64-bit rules), or redis's error.
+withInt :: ByteString -> (Int -> Plan) -> Plan
+withInt s k = maybe (Answer notInteger) k (readInteger s)
+
+-- | A count argument, which must not be negative.
+withCount :: ByteString -> (Int -> Plan) -> Plan
+withCount s k = case readInteger s of
+  Just n | n >= 0 -> k n
+  _ -> Answer (RError "ERR value is out of range, must be positive")
