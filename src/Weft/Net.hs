@@ -62,6 +62,10 @@ module Weft.Net
   , serve
   , acceptLoop
   , acceptPatiently
+    -- * Making room under fd pressure
+  , acceptMakingRoom
+  , trackProgress
+  , leastProgressing
   ) where
 
 import Control.Concurrent
@@ -660,11 +664,16 @@ serve cfg addr handler = do
       atomicModifyIORef' live (\m -> (IM.insert (fromIntegral key) conn m, ()))
       void $ mask_ $ forkOnWithUnmask cap $ \unmask ->
         unmask (setUp conn >> handler conn peer)
-          `catch` (\e -> serverOnException cfg peer e `catch` ignore)
+          `catch` (\e -> do
+                      -- What a handler throws once its connection was
+                      -- closed to make room is the closing, not news.
+                      ours <- (== Just conn) . IM.lookup (fromIntegral key) <$> readIORef live
+                      when ours (serverOnException cfg peer e `catch` ignore))
           `finally` (atomicModifyIORef' live (\m -> (forget (fromIntegral key) m, ())) >> close conn)
       where
-        -- A connection closed to make room frees its fd number before its
-        -- handler ends, and a newer connection may hold it by now.
+        -- A connection closed to make room leaves the table then, and
+        -- frees its fd number before its handler ends: a newer connection
+        -- may hold it by now.
         forget = IM.update (\c -> if c == conn then Nothing else Just c)
     setUp conn = do
       when (serverNoDelay cfg) $ setNoDelay conn True `catch` \e -> ignore (toException (e :: IOException))
@@ -696,18 +705,32 @@ serve cfg addr handler = do
 evictionGraceNs :: Word64
 evictionGraceNs = 250000000
 
--- | Close the least-progressing sixteenth of the live connections (at
--- least one) that made no progress for the grace period; returns how many
--- were closed.
+-- | Close the connections 'leastProgressing' picks, taking them out of
+-- the table first; returns how many.
 makeRoom :: IORef (IM.IntMap Socket) -> IO Int
 makeRoom live = do
-  conns <- IM.elems <$> readIORef live
+  conns <- IM.toList <$> readIORef live
+  victims <- leastProgressing [ (c, k) | (k, c) <- conns ]
+  gone <- atomicModifyIORef' live (\m -> (foldr IM.delete m victims, [ c | k <- victims, Just c <- [IM.lookup k m] ]))
+  mapM_ close gone
+  return (length gone)
+
+-- | Which of a server's open connections to close to make room for new
+-- clients when accept has run out of fds (Note [Making room under fd
+-- pressure]): the sixteenth of them (at least one) that made progress
+-- least recently, among those that made none for the last 250 ms,
+-- oldest first. Each connection comes with what the caller needs to
+-- close it (a server on "Weft.Color" posts the close to the connection's
+-- color). Its socket should be tracked ('trackProgress', or an idle
+-- timeout); an untracked one counts as making no progress since ever.
+-- 'serve' does this itself; a server with its own accept loop calls it
+-- from the action it gives 'acceptMakingRoom'.
+leastProgressing :: [(Socket, a)] -> IO [a]
+leastProgressing conns = do
   now <- getMonotonicTimeNSec
-  stamped <- forM conns $ \c -> (\t -> (t, c)) <$> lastProgress c
-  let stale = [ tc | tc@(t, _) <- stamped, now - min now t >= evictionGraceNs ]
-      victims = take (max 1 (length conns `div` 16)) (map snd (sortOn fst stale))
-  mapM_ close victims
-  return (length victims)
+  stamped <- forM conns $ \(s, x) -> (\t -> (t, x)) <$> lastProgress s
+  let stale = [ tx | tx@(t, _) <- stamped, now - min now t >= evictionGraceNs ]
+  return (take (max 1 (length conns `div` 16)) (map snd (sortOn fst stale)))
 
 -- | Accept connections for ever and hand each to the action (which should
 -- fork), with 'acceptPatiently'. Throws what that throws.
@@ -725,8 +748,10 @@ acceptLoop l handOff = forever (acceptPatiently l >>= handOff)
 acceptPatiently :: Socket -> IO (Socket, SockAddr)
 acceptPatiently = acceptMakingRoom (return 0)
 
--- | 'acceptPatiently', running the action at each back-off step; it may
--- close connections to free fds, and returns how many it closed.
+-- | 'acceptPatiently', running the action at each back-off step of an fd
+-- exhaustion burst: it may close connections to free fds (see
+-- 'leastProgressing'), and returns how many it closed; the count is
+-- reported when accepting resumes. Throws what 'acceptPatiently' throws.
 acceptMakingRoom :: IO Int -> Socket -> IO (Socket, SockAddr)
 acceptMakingRoom room l = go Nothing 0
   where

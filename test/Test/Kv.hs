@@ -28,7 +28,7 @@ import Test.QuickCheck hiding (within)
 import Kv.Resp
 import Kv.Server
 import Support (within)
-import Test.Net (connectClient)
+import Test.Net (connectClient, makesRoomForNewcomers, recvExactly)
 
 spec :: Spec
 spec = describe "weft-kv" $ do
@@ -440,6 +440,10 @@ serverSpec = do
       let cmds i v = let k = C.pack ("rnd:" ++ show (i :: Int)) in
             [ ["SET", k, C.pack v], ["INCR", k], ["INCRBY", k, C.pack v], ["DECRBY", k, "7"] ]
       differential kv redis (concat (zipWith cmds [0 ..] values))
+ it "out of fds at accept, closes the idle clients that made the least progress, and serves newcomers" $
+  withKv 65536 $ \addr -> makesRoomForNewcomers addr $ \c -> do
+    NB.sendAll c (encodeCommand ["PING"])
+    recvExactly c 7 `shouldReturn` "+PONG\r\n"
  it "with --timeout, closes a client that trickles a command, and keeps one that talks" $
   withKvConfig defaultServerConfig { serverTimeout = 300000, serverMinReceive = 64 } $ \addr ->
     withClient addr $ \slow -> withClient addr $ \steady -> do

@@ -26,7 +26,7 @@ import Test.Hspec
 import Support
 import Sws.Cache
 import Sws.Server
-import Test.Net (connectClient, recvExactly)
+import Test.Net (connectClient, makesRoomForNewcomers, recvExactly)
 import Test.Servers (recvAll, statusOf)
 import Weft.Color
 
@@ -247,6 +247,9 @@ spec = describe "weft-sws" $ do
           forM_ (take 3 clients) $ \c -> expectReply c (get "/hello.txt") helloOk
           liftLimit
           forM_ clients $ \c -> expectReply c (get "/sub/page.html") pageOk
+
+    it "out of fds at accept, closes the idle clients that made the least progress, and serves newcomers" $
+      withSws policy id $ \_ addr -> makesRoomForNewcomers addr $ \c -> expectReply c (get "/hello.txt") helloOk
 
     it "serves 200 concurrent clients, each several requests" $
       withSws policy id $ \srv addr -> do

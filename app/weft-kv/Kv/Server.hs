@@ -73,7 +73,7 @@ runServer cfg addr = do
   let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
   (bracket (Net.listen addr) Net.close $ \l -> do
       serverOnReady cfg =<< Net.localAddress l
-      Net.acceptLoop l (adopt env))
+      forever (Net.acceptMakingRoom (makeRoom env) l >>= adopt env))
     `finally` (Color.shutdown rt >> closeRemaining live)
   where
     closeRemaining live = do
@@ -239,6 +239,7 @@ hClose = handler "kv-close"
 adopt :: Env -> (Net.Socket, SockAddr) -> IO ()
 adopt env (sock, _) = do
   Net.setNoDelay sock True `catch` \(_ :: IOException) -> return ()
+  Net.trackProgress sock
   let (timeout, minReceive) = envTimeout env
   -- An expired timeout shuts the socket down: its next receive is Broken.
   when (timeout > 0) $ do
@@ -260,6 +261,16 @@ adopt env (sock, _) = do
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
+
+-- | Out of fds: close the connections that made the least progress
+-- ('Net.leastProgressing'), each on its color; returns how many.
+makeRoom :: Env -> IO Int
+makeRoom env = do
+  conns <- IntMap.elems <$> readIORef (envLive env)
+  victims <- Net.leastProgressing [ (connSocket c, c) | c <- conns ]
+  forM_ victims $ \c -> post (envRuntime env) (connColor c) hClose (closeConn env c)
+    `catch` \RuntimeClosed -> return ()
+  return (length victims)
 
 -- | A connection's color: its fd, spread over the color space (an odd
 -- multiplier, so consecutive fds alternate home cores).

@@ -195,6 +195,8 @@ data Server = Server
   , srvStopping :: !(IORef Bool)
   , srvBackoff  :: !(IORef Int)
     -- ^ The current accept back-off in µs after fd exhaustion; 0 if none.
+  , srvEvicted  :: !(IORef Int)
+    -- ^ Connections closed to make room in this exhaustion burst.
   }
 
 -- | One connection (Note [Connection state]).
@@ -253,7 +255,7 @@ startServer cfg cache addr = do
       lw <- watchFd rt (W.socketFd listener) acceptColor
               (hAccept, acceptConnections srv) (hAccept, return ())
       Server rt cfg cache listener lw bound <$> newIORef 0 <*> newIORef 0
-        <*> newIORef IntMap.empty <*> newIORef False <*> newIORef 0
+        <*> newIORef IntMap.empty <*> newIORef False <*> newIORef 0 <*> newIORef 0
     post rt acceptColor hAccept (acceptConnections srv)
     return srv
 
@@ -319,11 +321,17 @@ acceptConnections srv = do
                 hPutStrLn stderr ("weft-sws: accept failed, no longer accepting: " ++ show e)
     -- Out of fds: open connections keep being served, and accepting
     -- resumes after a pause (1 ms, doubling to 100 ms) on a weft timer,
-    -- which posts Accept again.
+    -- which posts Accept again. Meanwhile the connections that made the
+    -- least progress are closed to make room (Note [Making room under fd
+    -- pressure] in "Weft.Net").
     backOff e = do
       old <- readIORef (srvBackoff srv)
       when (old == 0) $ hPutStrLn stderr
         ("weft-sws: accept: " ++ ioe_description e ++ "; pausing accepts, open connections are still served")
+      open <- IntMap.elems <$> readIORef (srvOpen srv)
+      victims <- W.leastProgressing [ (connSocket c, c) | c <- open ]
+      forM_ victims $ \c -> post rt (connColor c) hClose (closeConn srv c Abort)
+      modifyIORef' (srvEvicted srv) (+ length victims)
       let delay = if old == 0 then 1000 else min 100000 (2 * old)
       writeIORef (srvBackoff srv) delay
       mgr <- T.getSystemTimerManager
@@ -333,7 +341,10 @@ acceptConnections srv = do
       old <- readIORef (srvBackoff srv)
       when (old /= 0) $ do
         writeIORef (srvBackoff srv) 0
-        hPutStrLn stderr "weft-sws: accept: resumed"
+        evicted <- readIORef (srvEvicted srv)
+        writeIORef (srvEvicted srv) 0
+        hPutStrLn stderr ("weft-sws: accept: resumed" ++ (if evicted > 0
+          then " (closed " ++ show evicted ++ " connections that had made the least progress)" else ""))
     admit s = do
       n <- readIORef (srvClients srv)
       if n >= cfgMaxClients (srvConfig srv)
@@ -358,6 +369,7 @@ acceptConnections srv = do
                 , eHOSTUNREACH, eOPNOTSUPP, eNETUNREACH ]
     setUp c = do
       W.setNoDelay (connSocket c) True
+      W.trackProgress (connSocket c)
       when (cfgIdleTimeout (srvConfig srv) > 0) $ do
         W.setMinimumReceive (connSocket c) (cfgMinReceive (srvConfig srv))
         W.setIdleTimeout (connSocket c) (cfgIdleTimeout (srvConfig srv))
