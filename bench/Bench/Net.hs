@@ -47,7 +47,7 @@ import Control.Concurrent
 import Control.Exception
 import Control.Monad
 import Data.IORef
-import Data.List (intercalate, isPrefixOf, nub)
+import Data.List (groupBy, intercalate, isPrefixOf, nub)
 import qualified Data.Map.Strict as Map
 import Data.Maybe (fromMaybe)
 import qualified Network.Socket as N
@@ -256,11 +256,17 @@ loadgen bin st srv n extra = toSample <$> measure srv (setWarmup st) (setDuratio
 -- a sample.
 data Cell = Cell { cellGroup :: String, cellArm :: String, cellRun :: IO Sample }
 
--- | Run every cell once per repetition, in order, printing progress.
+-- | Run every cell once per repetition, printing progress: the groups in
+-- order, and within each group the arms rotated by one place per
+-- repetition, so that no arm always runs first after the previous group
+-- (whose servers may still be busy closing its connections on the same
+-- core) or always right after a given other arm.
 interleave :: String -> Int -> [Cell] -> IO (Map.Map (String, String) [Sample])
 interleave name reps cells = do
   results <- newIORef Map.empty
-  forM_ [1 .. reps] $ \rep -> forM_ cells $ \c -> do
+  let groups = groupBy (\a b -> cellGroup a == cellGroup b) cells
+      rotate k xs = let i = k `mod` max 1 (length xs) in drop i xs ++ take i xs
+  forM_ [1 .. reps] $ \rep -> forM_ (concatMap (rotate (rep - 1)) groups) $ \c -> do
     s <- cellRun c
     printf "  [%s %d/%d] %-14s %-10s %9.0f req/s %7.2f CPU-us/req  p50 %7.1f  p99 %8.1f  p999 %8.1f us%s\n"
       name rep reps (cellGroup c) (cellArm c) (smRps s) (smCpuPerReq s) (smP50 s) (smP99 s) (smP999 s)
