@@ -29,17 +29,17 @@ main = do
     ("timers-child" : rest) -> timersChild rest
     ("color" : rest) -> () <$ colorMain rest
     ("color-child" : rest) -> colorChild rest
-    ("simple" : rest) -> () <$ simpleBench (parseSettings rest)
-    ("echo" : rest) -> () <$ echoBench (parseSettings rest)
-    ("pong" : rest) -> () <$ pongBench (parseSettings rest)
-    ("idle" : rest) -> () <$ idleBench (parseSettings rest)
-    ("warp" : rest) -> () <$ warpBench (parseSettings rest)
-    ("spin" : rest) -> () <$ spinBench (parseSettings rest)
-    ("sws" : rest) -> () <$ uncurry swsBench (parseSwsArgs rest)
+    ("simple" : rest) -> () <$ (simpleBench =<< parseSettings "simple" rest)
+    ("echo" : rest) -> () <$ (echoBench =<< parseSettings "echo" rest)
+    ("pong" : rest) -> () <$ (pongBench =<< parseSettings "pong" rest)
+    ("idle" : rest) -> () <$ (idleBench =<< parseSettings "idle" rest)
+    ("warp" : rest) -> () <$ (warpBench =<< parseSettings "warp" rest)
+    ("spin" : rest) -> () <$ (spinBench =<< parseSettings "spin" rest)
+    ("sws" : rest) -> () <$ (uncurry swsBench =<< parseSwsArgs rest)
     ("kv" : rest) -> () <$ kvMain rest
     ("packet" : rest) -> () <$ packetMain rest
     ("packet-model-child" : rest) -> packetModelChild rest
-    ("all" : rest) -> runAll (parseSettings rest)
+    ("all" : rest) -> runAll =<< parseSettings "all" rest
     _ -> do
       hPutStrLn stderr $ unlines
         [ "usage: weft-bench COMMAND [--long] [--reps N] [--duration SECONDS]"

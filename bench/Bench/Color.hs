@@ -72,7 +72,7 @@ import Control.Concurrent
 import Control.Exception
 import Control.Monad
 import Control.Monad.Primitive (RealWorld)
-import Data.Bits (shiftL, shiftR, xor)
+import Data.Bits (shiftR)
 import Data.IORef
 import Data.List (intercalate, isPrefixOf)
 import qualified Data.Map.Strict as Map
@@ -89,6 +89,7 @@ import System.IO
 import System.Posix.Process (exitImmediately)
 import Text.Printf (printf)
 
+import Bench.Options
 import Bench.Report
 import Weft.Color
 import Weft.Internal.Counters
@@ -107,24 +108,17 @@ data Options = Options
   , optNursery  :: String         -- ^ the children's -A, or "default" (Note [Nursery])
   }
 
-parseOptions :: [String] -> Options
-parseOptions = go (Options False 3 Nothing (map bName benches) allPolicies 20 Nothing "64m")
-  where
-    go o ("--quick" : rest) = go o { optQuick = True } rest
-    go o ("--max-others" : pc : rest) = go o { optMaxOthers = read pc } rest
-    go o ("--retries" : n : rest) = go o { optRetries = Just (read n) } rest
-    go o ("--nursery" : a : rest) = go o { optNursery = a } rest
-    go o ("--reps" : n : rest) = go o { optReps = read n } rest
-    go o ("--duration" : d : rest) = go o { optSecs = Just (read d) } rest
-    go o ("--only" : bs : rest) = go o { optOnly = splitOn ',' bs } rest
-    go o ("--policies" : ps : rest) =
-      go o { optPolicies = map (\p -> fromMaybe (error ("weft-bench color: unknown policy " ++ p)) (parsePolicy p))
-                               (splitOn ',' ps) } rest
-    go o [] = o
-    go _ (x : _) = error ("weft-bench color: unknown option " ++ x
-                          ++ " (use --quick, --reps N, --duration SECONDS, --max-others PERCENT, --retries N, --nursery SIZE|default, --only "
-                          ++ intercalate "," (map bName benches) ++ ", --policies "
-                          ++ intercalate "," (map policyName allPolicies) ++ ")")
+parseOptions :: [String] -> IO Options
+parseOptions = parseOrExit "color"
+  [ flag "--quick" (\o -> o { optQuick = True })
+  , value "--reps" "N" positive (\n o -> o { optReps = n })
+  , value "--duration" "SECONDS" positive (\d o -> o { optSecs = Just d })
+  , value "--max-others" "PERCENT" number (\pc o -> o { optMaxOthers = pc })
+  , value "--retries" "N" number (\n o -> o { optRetries = Just n })
+  , value "--nursery" "SIZE|default" Just (\a o -> o { optNursery = a })
+  , value "--only" (intercalate "," (map bName benches)) (listOf Just) (\bs o -> o { optOnly = bs })
+  , value "--policies" (intercalate "," (map policyName allPolicies)) (listOf parsePolicy) (\ps o -> o { optPolicies = ps }) ]
+  (Options False 3 Nothing (map bName benches) allPolicies 20 Nothing "64m")
 
 -- | One benchmark as the parent runs it.
 data Bench = Bench
@@ -194,8 +188,8 @@ runsPath = "bench-results/color-runs.dat"
 -- targets, write the CSV; return the tables and target lines.
 colorMain :: [String] -> IO String
 colorMain args = do
-  let opts = parseOptions args
-      chosen = [ b | b <- benches, bName b `elem` optOnly opts ]
+  opts <- parseOptions args
+  let chosen = [ b | b <- benches, bName b `elem` optOnly opts ]
   exe <- getExecutablePath
   createDirectoryIfMissing True "bench-results"
   writeFile runsPath ""
@@ -461,12 +455,6 @@ calibrate = do
 itersForCycles :: Calibration -> Double -> Int
 itersForCycles cal cycles = max 1 (round (cycles * 1000 / calMHz cal * calItersPerNs cal))
 
-xorshift :: Word64 -> Word64
-xorshift x0 =
-  let x1 = x0 `xor` (x0 `shiftL` 13)
-      x2 = x1 `xor` (x1 `shiftR` 7)
-  in x2 `xor` (x2 `shiftL` 17)
-{-# INLINE xorshift #-}
 
 -- | Busy for @n@ iterations of a dependent chain of xorshift steps (no
 -- memory traffic, no allocation). The loop runs in 'IO' and ends in a test

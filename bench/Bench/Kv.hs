@@ -27,6 +27,7 @@ import System.Process
 import Text.Printf (printf)
 
 import Bench.Net (Server (..), binDir, cpuTicks, resultsDir, startServer, stopServer)
+import Bench.Options
 import Bench.Report
 
 data Options = Options
@@ -43,17 +44,14 @@ defaultTests =
   [ "ping_inline", "ping_mbulk", "set", "get", "incr", "lpush", "rpush", "lpop", "rpop", "sadd"
   , "hset", "spop", "zadd", "zpopmin", "lrange_100", "lrange_300", "lrange_500", "lrange_600", "mset" ]
 
-parseOptions :: [String] -> Either String Options
-parseOptions = go (Options 1000000 1000000 3 defaultTests False)
-  where
-    go o [] = Right o
-    go o ("--quick" : rest) = go o { optRequests = 20000, optPipelined = 100000 } rest
-    go o ("-n" : n : rest) | [(k, "")] <- reads n, k > 0 = go o { optRequests = k, optPipelined = k } rest
-    go o ("--reps" : n : rest) | [(k, "")] <- reads n, k > 0 = go o { optReps = k } rest
-    go o ("--tests" : ts : rest) = go o { optTests = map (map toLower) (splitOn ',' ts) } rest
-    go o ("--n2" : rest) = go o { optN2 = True } rest
-    go _ (x : _) = Left ("weft-bench kv: unknown option " ++ x
-                         ++ " (use --quick, -n REQUESTS, --reps N, --tests set,get,..., --n2)")
+parseOptions :: [String] -> IO Options
+parseOptions = parseOrExit "kv"
+  [ flag "--quick" (\o -> o { optRequests = 20000, optPipelined = 100000 })
+  , value "-n" "REQUESTS" positive (\k o -> o { optRequests = k, optPipelined = k })
+  , value "--reps" "N" positive (\k o -> o { optReps = k })
+  , value "--tests" "set,get,..." (listOf (Just . map toLower)) (\ts o -> o { optTests = ts })
+  , flag "--n2" (\o -> o { optN2 = True }) ]
+  (Options 1000000 1000000 3 defaultTests False)
 
 -- | One redis-benchmark run of one test: requests per second, latency
 -- percentiles in ms, server CPU in microseconds per request.
@@ -61,9 +59,7 @@ data Sample = Sample { smRps :: !Double, smP50 :: !Double, smP99 :: !Double, smC
 
 -- | Run the kv benchmark; returns the rendered tables.
 kvMain :: [String] -> IO String
-kvMain args = case parseOptions args of
-  Left msg -> hPutStrLn stderr msg >> exitFailure
-  Right opts -> do
+kvMain args = parseOptions args >>= \opts -> do
     hSetBuffering stdout LineBuffering
     forM_ ["redis-server", "redis-benchmark"] $ \exe -> do
       found <- findExecutable exe

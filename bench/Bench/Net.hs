@@ -60,6 +60,7 @@ import System.Posix.Resource
 import System.Process
 import Text.Printf (printf)
 
+import Bench.Options
 import Bench.Report
 
 -- | How long and how often to measure.
@@ -76,15 +77,17 @@ shortSettings = Settings 3 1.5 0.5 False
 -- | @--long@: 5 repetitions of 5 s.
 longSettings = Settings 5 5 1 True
 
-parseSettings :: [String] -> Settings
-parseSettings = go shortSettings
-  where
-    go s ("--long" : rest) = go s { setReps = setReps longSettings, setDuration = setDuration longSettings
-                                  , setWarmup = setWarmup longSettings, setLong = True } rest
-    go s ("--reps" : n : rest) = go s { setReps = read n } rest
-    go s ("--duration" : d : rest) = go s { setDuration = read d } rest
-    go s [] = s
-    go _ (x : _) = error ("weft-bench: unknown option " ++ x ++ " (use --long, --reps N, --duration SECONDS)")
+-- | @--long@, @--reps N@, @--duration SECONDS@ (for the command named).
+settingsOptions :: [Option Settings]
+settingsOptions =
+  [ flag "--long" (\s -> s { setReps = setReps longSettings, setDuration = setDuration longSettings
+                           , setWarmup = setWarmup longSettings, setLong = True })
+  , value "--reps" "N" positive (\n s -> s { setReps = n })
+  , value "--duration" "SECONDS" positive (\d s -> s { setDuration = d }) ]
+
+-- | A command's 'settingsOptions', or its usage and exit.
+parseSettings :: String -> [String] -> IO Settings
+parseSettings command = parseOrExit command settingsOptions shortSettings
 
 ------------------------------------------------------------------------------
 -- Processes

@@ -49,6 +49,7 @@ import System.Process
 import Text.Printf (printf)
 
 import Bench.Net (binDir, resultsDir)
+import Bench.Options
 import Bench.Report
 import Weft.Packet
 import Weft.Packet.Ixgbe (defaultIxgbeConfig, openIxgbe)
@@ -62,28 +63,22 @@ data Options = Options
   , optOnly     :: ![String] -- ^ sections: veth, peers, loss, model
   }
 
-parseOptions :: [String] -> Either String Options
-parseOptions = go (Options False 3 3 [1, 2, 4, 8, 16, 32, 64, 128, 256] ["veth", "peers", "loss", "model"])
+parseOptions :: [String] -> IO Options
+parseOptions = parseOrExit "packet"
+  [ flag "--quick" (\o -> o { optQuick = True, optReps = 1, optDuration = 1.5, optBatches = [1, 4, 32, 256] })
+  , value "--reps" "N" positive (\k o -> o { optReps = k })
+  , value "--duration" "S" positive (\k o -> o { optDuration = k })
+  , value "--batches" "1,8,..." (listOf batch) (\ks o -> o { optBatches = ks })
+  , value "--only" "veth,peers,loss,model" (listOf Just) (\xs o -> o { optOnly = xs }) ]
+  (Options False 3 3 [1, 2, 4, 8, 16, 32, 64, 128, 256] ["veth", "peers", "loss", "model"])
  where
-  go o [] = Right o
-  go o ("--quick" : rest) = go o { optQuick = True, optReps = 1, optDuration = 1.5
-                                 , optBatches = [1, 4, 32, 256] } rest
-  go o ("--reps" : n : rest) | [(k, "")] <- reads n, k > 0 = go o { optReps = k } rest
-  go o ("--duration" : n : rest) | [(k, "")] <- reads n, k > 0 = go o { optDuration = k } rest
-  go o ("--batches" : bs : rest)
-    | Just ks <- mapM readPos (splitOn ',' bs) = go o { optBatches = ks } rest
-  go o ("--only" : xs : rest) = go o { optOnly = splitOn ',' xs } rest
-  go _ (x : _) = Left ("weft-bench packet: unknown option " ++ x
-                       ++ " (use --quick, --reps N, --duration S, --batches 1,8,..., --only veth,peers,loss,model)")
-  readPos s = case reads s of
-    [(k, "")] | k >= 1 && k <= 256 -> Just (k :: Int)
+  batch s = case positive s of
+    Just k | k <= 256 -> Just (k :: Int)
     _ -> Nothing
 
 -- | The benchmark's entry; returns the rendered tables.
 packetMain :: [String] -> IO String
-packetMain args = case parseOptions args of
-  Left msg -> hPutStrLn stderr msg >> exitFailure
-  Right opts -> do
+packetMain args = parseOptions args >>= \opts -> do
     model <- if "model" `elem` optOnly opts
       then modelPart opts
       else pure ""

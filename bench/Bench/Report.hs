@@ -3,6 +3,7 @@
 -- option lists, pinned child processes.
 module Bench.Report
   ( processCpuMicros
+  , xorshift
   , splitOn
   , median
   , spread
@@ -15,8 +16,10 @@ module Bench.Report
 
 import Control.Concurrent (forkIO, newEmptyMVar, putMVar, takeMVar, threadDelay)
 import Control.Monad (when)
+import Data.Bits (shiftL, shiftR, xor)
 import Data.List (intercalate, isPrefixOf, sort, transpose)
 import qualified Data.Map.Strict as Map
+import Data.Word (Word64)
 import GHC.Clock (getMonotonicTimeNSec)
 import System.Exit (ExitCode (..))
 import System.IO (hGetContents)
@@ -111,3 +114,12 @@ parseResult out = case [ drop 7 l | l <- lines out, "result " `isPrefixOf` l ] o
   [l] -> let kvs = [ (k, v) | w <- words l, (k, '=' : s) <- [break (== '=') w], [(v, "")] <- [reads s] ]
          in if null kvs then Left ("bad child output: " ++ out) else Right (Map.fromList kvs)
   _ -> Left ("bad child output: " ++ out)
+
+-- | One step of Marsaglia's xorshift64: a cheap, allocation-free stream of
+-- pseudo-random numbers for load generators (never 0 from a non-zero seed).
+xorshift :: Word64 -> Word64
+xorshift x0 =
+  let x1 = x0 `xor` (x0 `shiftL` 13)
+      x2 = x1 `xor` (x1 `shiftR` 7)
+  in x2 `xor` (x2 `shiftL` 17)
+{-# INLINE xorshift #-}

@@ -33,8 +33,8 @@ import Bench.Net
 
 -- | @[--quick] [--long] [--reps N] [--duration SECONDS]@: whether to run
 -- the quick set (what @make bench@ runs), and the settings.
-parseSwsArgs :: [String] -> (Bool, Settings)
-parseSwsArgs args = ("--quick" `elem` args, parseSettings (filter (/= "--quick") args))
+parseSwsArgs :: [String] -> IO (Bool, Settings)
+parseSwsArgs args = (,) ("--quick" `elem` args) <$> parseSettings "sws" (filter (/= "--quick") args)
 
 -- | The policies, by their command-line names, in 'Weft.Color.Policy'
 -- order: the baseline first.

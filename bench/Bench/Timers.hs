@@ -49,7 +49,7 @@ module Bench.Timers
 import Control.Concurrent
 import Control.Exception
 import Control.Monad
-import Data.Bits (shiftL, shiftR, xor, (.&.))
+import Data.Bits (shiftR, (.&.))
 import Data.IORef
 import Data.List (intercalate, isPrefixOf, sortOn)
 import qualified Data.Map.Strict as Map
@@ -70,6 +70,7 @@ import System.Process
 import qualified System.Timeout as GHC (timeout)
 import Text.Printf (printf)
 
+import Bench.Options
 import Bench.Report
 import qualified Weft
 import qualified Weft.Event as E
@@ -101,8 +102,8 @@ data Options = Options
   , optOnly         :: [String]
   }
 
-parseOptions :: [String] -> Options
-parseOptions args0 = finish (go defaults Nothing args0)
+parseOptions :: [String] -> IO Options
+parseOptions args0 = finish <$> parseOrExit "timers" table (defaults, Nothing) args0
   where
     defaults = Options 3 False 1_000_000 1_000_000 10_000 [10_000, 30_000, 100_000, 300_000, 1_000_000]
                        100_000 [1, 2] allBenches
@@ -111,20 +112,17 @@ parseOptions args0 = finish (go defaults Nothing args0)
       | optLong o = o { optReps = fromMaybe 5 reps
                       , optDelayThreads = optDelayThreads o ++ [ 3_000_000 | 3_000_000 `notElem` optDelayThreads o ] }
       | otherwise = o { optReps = fromMaybe (optReps o) reps }
-    go o r ("--long" : rest) = go o { optLong = True } r rest
-    go o _ ("--reps" : n : rest) = go o (Just (read n)) rest
-    go o r ("--timeouts" : n : rest) = go o { optTimeouts = read n } r rest
-    go o r ("--updates" : n : rest) = go o { optUpdates = read n } r rest
-    go o r ("--timers" : n : rest) = go o { optTimers = read n } r rest
-    go o r ("--delay-threads" : ns : rest) = go o { optDelayThreads = map read (splitOn ',' ns) } r rest
-    go o r ("--bytes-threads" : n : rest) = go o { optBytesThreads = read n } r rest
-    go o r ("--caps" : cs : rest) = go o { optCaps = map read (splitOn ',' cs) } r rest
-    go o r ("--only" : bs : rest) = go o { optOnly = splitOn ',' bs } r rest
-    go o r [] = (o, r)
-    go _ _ (x : _) = error ("weft-bench timers: unknown option " ++ x
-                            ++ " (use --reps N, --long, --timeouts N, --updates N, --timers N,"
-                            ++ " --delay-threads N,N,.., --bytes-threads N, --caps 1,2,"
-                            ++ " --only " ++ intercalate "," allBenches ++ ")")
+    -- The options, and an explicit --reps.
+    table =
+      [ flag "--long" (\(o, r) -> (o { optLong = True }, r))
+      , value "--reps" "N" positive (\n (o, _) -> (o, Just n))
+      , value "--timeouts" "N" positive (\n (o, r) -> (o { optTimeouts = n }, r))
+      , value "--updates" "N" positive (\n (o, r) -> (o { optUpdates = n }, r))
+      , value "--timers" "N" positive (\n (o, r) -> (o { optTimers = n }, r))
+      , value "--delay-threads" "N,N,.." (listOf positive) (\ns (o, r) -> (o { optDelayThreads = ns }, r))
+      , value "--bytes-threads" "N" positive (\n (o, r) -> (o { optBytesThreads = n }, r))
+      , value "--caps" "1,2" (listOf positive) (\cs (o, r) -> (o { optCaps = cs }, r))
+      , value "--only" (intercalate "," allBenches) (listOf Just) (\bs (o, r) -> (o { optOnly = bs }, r)) ]
 
 allBenches :: [String]
 allBenches = ["timeout", "delay", "bytes", "tickle"]
@@ -170,8 +168,8 @@ noGuard _ _ _ = return Nothing
 -- within every repetition; prints and returns the tables.
 timersMain :: [String] -> IO String
 timersMain args = do
-  let opts = parseOptions args
-      want b = b `elem` optOnly opts
+  opts <- parseOptions args
+  let want b = b `elem` optOnly opts
       reps = optReps opts
       caps = optCaps opts
   exe <- getExecutablePath
@@ -671,9 +669,3 @@ tickleLoop api mgr keys nkeys n seed0 = loop 0 seed0
           loop (i + 1) s'
 {-# INLINE tickleLoop #-}
 
-xorshift :: Word64 -> Word64
-xorshift x0 =
-  let x1 = x0 `xor` (x0 `shiftL` 13)
-      x2 = x1 `xor` (x1 `shiftR` 7)
-  in x2 `xor` (x2 `shiftL` 17)
-{-# INLINE xorshift #-}

@@ -28,6 +28,7 @@ import System.Posix.Types (CSsize (..), Fd (..))
 import System.Process
 import Text.Printf (printf)
 
+import Bench.Options
 import Bench.Report
 import qualified Weft
 import qualified Weft.Event as E
@@ -53,23 +54,20 @@ armProcess exe arm args = do
 
 data Options = Options { optReps :: Int, optRoundTrips :: Int, optCaps :: [Int] }
 
-parseOptions :: [String] -> Options
-parseOptions = go (Options 5 100000 [1, 2])
-  where
-    go o ("--reps" : n : rest) = go o { optReps = read n } rest
-    go o ("--round-trips" : n : rest) = go o { optRoundTrips = read n } rest
-    go o ("--caps" : cs : rest) = go o { optCaps = map read (splitOn ',' cs) } rest
-    go o [] = o
-    go _ (x : _) = error ("weft-bench wait: unknown option " ++ x
-                          ++ " (use --reps N, --round-trips N, --caps 1,2)")
+parseOptions :: [String] -> IO Options
+parseOptions = parseOrExit "wait"
+  [ value "--reps" "N" positive (\n o -> o { optReps = n })
+  , value "--round-trips" "N" positive (\n o -> o { optRoundTrips = n })
+  , value "--caps" "1,2" (listOf positive) (\cs o -> o { optCaps = cs }) ]
+  (Options 5 100000 [1, 2])
 
 data Result = Result { resWaitsPerSec :: Double, resCpuPerWait :: Double, resExtra :: String }
 
 -- | The parent: run every (caps, arm) pair in turn, repeat, summarise.
 waitMain :: [String] -> IO String
 waitMain args = do
-  let opts = parseOptions args
-      cells = [ (n, arm) | n <- optCaps opts, arm <- [minBound .. maxBound] ]
+  opts <- parseOptions args
+  let cells = [ (n, arm) | n <- optCaps opts, arm <- [minBound .. maxBound] ]
   exe <- getExecutablePath
   hSetBuffering stdout LineBuffering
   printf "weft-bench wait: pipe ping-pong, %d round trips (%d waits) per run, %d repetitions, arms interleaved\n"

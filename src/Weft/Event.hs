@@ -15,6 +15,7 @@ module Weft.Event
   , shutdownSystemManagers
   , managerCapability
   , managerBackendKind
+  , isManagerShutDownError
     -- * Backends
   , BackendKind (..)
   , backendKindName
@@ -48,6 +49,7 @@ import Weft.Event.Backend (parseBackendKind)
 import Weft.Event.Internal
 import Weft.Event.Manager
 import Weft.Event.System
+import Weft.Internal.Error (isManagerShutDownError)
 
 -- | Close an fd watched by one manager: see 'Weft.closeFdWith', which does
 -- this for every system manager.

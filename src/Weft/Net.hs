@@ -39,6 +39,7 @@ module Weft.Net
   , tryAccept
   , tryRecv
   , trySendMany
+  , dropBytes
   , close
   , gracefulClose
   , localAddress
@@ -87,6 +88,7 @@ import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (with)
 import Foreign.Ptr
+import Weft.Internal.Error (invalidArgument)
 import Foreign.Storable
 import GHC.IO.Exception (IOException (..), IOErrorType (..))
 import Network.Socket (SockAddr (..))
@@ -198,9 +200,6 @@ connect addr = do
           when (err < 0) $ socketError ("connect " ++ show addr) s err
         else socketError ("connect " ++ show addr) s r
     return s
-
-errnoLong :: Errno -> CLong
-errnoLong (Errno e) = fromIntegral e
 
 ------------------------------------------------------------------------------
 -- Stream I/O
@@ -363,7 +362,8 @@ sendFile s file offset count
       r <- sendFileRaw s file offset chunk
       if r >= 0 then return (fromIntegral r) else retryOrThrow "sendfile" Writing s r loop
 
--- | Drop the first @k@ bytes of a list of strings.
+-- | The strings without their first @k@ bytes: what is left to send after
+-- a gather write ('trySendMany', 'sendMany') took @k@. No copying.
 dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
 dropBytes _ [] = []
 dropBytes k (b : bs)
@@ -500,7 +500,7 @@ setNoDelay s on = do
   void (throwIfNegative "setsockopt TCP_NODELAY" (c_set_nodelay fd (if on then 1 else 0)))
 
 invalid :: String -> String -> IOException
-invalid loc why = IOError Nothing InvalidArgument ("weft: " ++ loc) why Nothing Nothing
+invalid = invalidArgument
 
 ------------------------------------------------------------------------------
 -- UDP

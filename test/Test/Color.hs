@@ -813,12 +813,12 @@ watchSpec kind cfg = describe "FdWatch" $ do
     fw <- within 5 "watchFd" (takeMVar made) >>= either throwIO return
     writeIORef fwRef fw
     watches0 <- managerTotal E.statWatches
-    arms0 <- managerTotal E.statArms
+    arms0 <- managerTotal E.statKernelCalls
     rearmRead fw
     forM_ [1 .. 200 :: Int] $ \_ -> do
       writeByte w
       within 2 "a message" (readChan got) `shouldReturn` 1
-    arms1 <- managerTotal E.statArms
+    arms1 <- managerTotal E.statKernelCalls
     C.threadDelay 20000
     -- One post per rearm: a run per byte, none spurious.
     readCounter runs 0 `shouldReturn` 200

@@ -16,6 +16,9 @@ import qualified Weft.Timer as T
 import qualified Control.Concurrent as GHC
 import Weft.Event.Backend (backendKindFromEnv)
 import Weft.Event.Wakeup
+import Weft.Internal.Error (hasErrno)
+import Foreign.C.Error (eINVAL)
+import GHC.IO.Exception (IOErrorType (..), IOException (..))
 
 spec :: E.BackendKind -> Spec
 spec kind = do
@@ -104,8 +107,19 @@ spec kind = do
     it "WEFT_BACKEND selects epoll or poll, and rejects anything else" $ do
       (setEnv "WEFT_BACKEND" "poll" >> backendKindFromEnv) `shouldReturn` E.PollBackend
       (setEnv "WEFT_BACKEND" "epoll" >> backendKindFromEnv) `shouldReturn` E.EPollBackend
-      (setEnv "WEFT_BACKEND" "kqueue" >> backendKindFromEnv) `shouldThrow` anyIOException
+      (setEnv "WEFT_BACKEND" "kqueue" >> backendKindFromEnv)
+        `shouldThrow` (\e -> ioe_type e == InvalidArgument && hasErrno eINVAL e)
       (unsetEnv "WEFT_BACKEND" >> backendKindFromEnv) `shouldReturn` E.EPollBackend
+
+  describe "errors" $
+    it "a registration on a manager that was shut down is an IllegalOperation with ESHUTDOWN" $ do
+      mgr <- E.newManager kind 0
+      E.shutdownManager mgr
+      withPipe $ \(r, _) ->
+        E.registerFd mgr (\_ _ -> return ()) r E.evtRead E.OneShot
+          `shouldThrow` (\e -> E.isManagerShutDownError e && ioe_type e == IllegalOperation)
+      -- The predicate tests the type and errno, not the text.
+      E.isManagerShutDownError (userError "the I/O manager was shut down") `shouldBe` False
 
   describe "closeFdWith without waiters" $
     it "just closes the fd" $ do

@@ -362,37 +362,43 @@ dispatch env c items0 = do
       place c s [encodeReply (RError msg)]
       return (True, groups)
     go items@(Command cmd : rest) groups = case plan cmd of
-      p | storeWide p -> do
-        outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
-        if not (IntMap.null groups && outstanding == 0)
-          then (False, groups) <$ writeIORef (connHeld c) items
-          else do
+      Surveying op -> storeWide $ \s -> do
+        r <- readNow >>= \now -> survey (envStore env) now op
+        place c s (encodeReplyChunks r)
+        go rest groups
+      Flushing -> storeWide $ \s -> do
+        colors <- occupiedColors (envStore env)
+        if null colors then place c s (encodeReplyChunks ok) >> go rest groups else do
+          left <- newIORef (length colors)
+          go rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
+      Answer r -> do
+        s <- takeSeq c
+        place c s (encodeReplyChunks r)
+        if isQuit cmd then return (True, groups) else go rest groups
+      OnKey key op -> do
+        s <- takeSeq c
+        go rest (add (keyColor key) (Work s key op) groups)
+      OnKeys parts@((key0, _) : more) joinParts
+        | all ((== color0) . keyColor . fst) more -> do
             s <- takeSeq c
-            case p of
-              Surveying op -> do
-                r <- readNow >>= \now -> survey (envStore env) now op
-                place c s (encodeReplyChunks r)
-                go rest groups
-              _ -> do
-                colors <- occupiedColors (envStore env)
-                if null colors then place c s (encodeReplyChunks ok) >> go rest groups else do
-                  left <- newIORef (length colors)
-                  go rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
-      p -> takeSeq c >>= \s -> case p of
-        Answer r -> do
-          place c s (encodeReplyChunks r)
-          if isQuit cmd then return (True, groups) else go rest groups
-        OnKey key op -> go rest (add (keyColor key) (Work s key op) groups)
-        OnKeys parts@((key0, _) : more) joinParts
-          | all ((== color0) . keyColor . fst) more ->
-              go rest (add color0 (WorkAll s parts joinParts) groups)
-          where color0 = keyColor key0
-        OnKeys parts joinParts -> do
-          modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
-          -- The command's parts by color, in argument order within each.
-          let byColor = IntMap.fromListWith (++)
-                [ (keyColor key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
-          go rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+            go rest (add color0 (WorkAll s parts joinParts) groups)
+        where color0 = keyColor key0
+      OnKeys parts joinParts -> do
+        s <- takeSeq c
+        modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
+        -- The command's parts by color, in argument order within each.
+        let byColor = IntMap.fromListWith (++)
+              [ (keyColor key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
+        go rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+      where
+        -- A store-wide command runs once every command before it has run
+        -- (nothing outstanding, nothing posted in this batch); until then
+        -- it and the rest wait in 'connHeld' (Note [Store-wide commands]).
+        storeWide run = do
+          outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+          if IntMap.null groups && outstanding == 0
+            then takeSeq c >>= run
+            else (False, groups) <$ writeIORef (connHeld c) items
 
 -- Note [Store-wide commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -530,14 +536,6 @@ settle env c = do
       if linger then startLinger env c else closeConn env c
     _ -> return ()
 
--- | Does the command wait for the connection's earlier commands, to work
--- on every key color (Note [Store-wide commands])?
-storeWide :: Plan -> Bool
-storeWide p = case p of
-  Surveying _ -> True
-  Flushing -> True
-  _ -> False
-
 -- | Dispatch the commands held behind a survey once nothing is
 -- outstanding (Note [Store-wide commands]).
 resumeHeld :: Env -> Conn -> IO ()
@@ -560,7 +558,7 @@ flush env c = do
   case r of
     Left () -> closeConn env c
     Right sent -> do
-      let rest = dropBytes sent chunks
+      let rest = Net.dropBytes sent chunks
       writeIORef (connOut c) (reverse rest)
       modifyIORef' (connOutSize c) (subtract sent)
       unless (null rest) $ do
@@ -672,14 +670,7 @@ sendChunks sock = go 0
         Right (Just 0) -> return (Right sent)
         -- One gather write takes at most 1024 strings: go on while it
         -- takes everything offered.
-        Right (Just k) -> go (sent + k) (dropBytes k chunks)
-
--- | The strings without their first k bytes.
-dropBytes :: Int -> [ByteString] -> [ByteString]
-dropBytes _ [] = []
-dropBytes k (b : bs)
-  | k >= B.length b = dropBytes (k - B.length b) bs
-  | otherwise = B.drop k b : bs
+        Right (Just k) -> go (sent + k) (Net.dropBytes k chunks)
 
 -- | Close a socket, ending the watches 'onReadable' and 'onWritable' armed
 -- on its fd (through 'Weft.closeFdWith': they then post nothing), so no

@@ -509,7 +509,7 @@ writeResponse srv c = step srv c $ do
   case r of
     Nothing -> awaitWritable
     Just sent -> do
-      let rest = dropBytes sent out
+      let rest = W.dropBytes sent out
       writeIORef (connOutput c) rest
       if not (null rest) then awaitWritable else do
         closing <- readIORef (connClosing c)
@@ -523,12 +523,6 @@ writeResponse srv c = step srv c $ do
           else awaitReadable srv c
   where
     awaitWritable = rearmWrite (connWatch c)
-
-dropBytes :: Int -> [B.ByteString] -> [B.ByteString]
-dropBytes _ [] = []
-dropBytes k (b : bs)
-  | k >= B.length b = dropBytes (k - B.length b) bs
-  | otherwise = B.drop k b : bs
 
 ------------------------------------------------------------------------------
 -- Close

@@ -13,6 +13,7 @@ import qualified Weft.Event.Backend.EPoll as EPoll
 import Weft.Event.Backend.Poll (newPollBackend)
 import Weft.Event.Internal
 import Weft.Event.Wakeup (WakeupKind (..))
+import Weft.Internal.Error (invalidArgument)
 
 -- | Open a backend of the given kind, with an eventfd wakeup channel (a pipe
 -- where eventfd is missing). Throws an 'IOError' if its fds cannot be had.
@@ -36,6 +37,6 @@ backendKindFromEnv = do
   case v of
     Nothing -> return defaultBackendKind
     Just "" -> return defaultBackendKind
-    Just s -> maybe (ioError (userError ("weft: WEFT_BACKEND=" ++ s
-                        ++ " is not a backend; use epoll or poll"))) return
+    Just s -> maybe (ioError (invalidArgument "WEFT_BACKEND"
+                               (show s ++ " is not a backend; use epoll or poll"))) return
                     (parseBackendKind s)

@@ -27,6 +27,10 @@ import Control.Monad.Primitive (RealWorld)
 import Data.IORef
 import Data.Maybe (catMaybes)
 import Data.Primitive.Array
+import Foreign.C.Error (eBADF)
+import GHC.IO.Exception (IOErrorType (InvalidArgument))
+
+import Weft.Internal.Error (weftError)
 
 data FdTable a = FdTable
   { ftSlots  :: !(IORef (MutableArray RealWorld (Maybe a)))
@@ -58,7 +62,7 @@ lookupOrCreate t i = do
   case found of
     Just a -> return a
     Nothing
-      | i < 0 -> ioError (userError ("weft: invalid fd " ++ show i))
+      | i < 0 -> ioError (weftError InvalidArgument eBADF "FdTable" ("invalid fd " ++ show i))
       | otherwise -> withMVar (ftLock t) $ \_ -> do
           arr0 <- readIORef (ftSlots t)
           arr <- if i < sizeofMutableArray arr0 then return arr0 else do

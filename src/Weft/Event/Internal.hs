@@ -155,4 +155,9 @@ data Backend = Backend
     -- wakeup (poll), or at once (epoll).
   , backendClose :: !(IO ())
     -- ^ Release the backend's fds. No other operation may follow.
+  , backendKernelCalls :: !(IO Int)
+    -- ^ How many calls that change the kernel's interest set (epoll_ctl)
+    -- the backend has made so far, every one counted: arms, watches,
+    -- forgets and retries. 0 for a backend that keeps its interest set in
+    -- user space (poll).
   }

@@ -121,6 +121,7 @@ import Weft.Event.Internal
 import Weft.Event.Slot
 import Weft.Event.Spin
 import Weft.Internal.Counters
+import Weft.Internal.Error (managerShutDown)
 import qualified Weft.Timer.Wheel as W
 
 ------------------------------------------------------------------------------
@@ -272,7 +273,7 @@ stopped mgr = (/= 0) <$> readCounter (mgrCounters mgr) cStop
 {-# INLINE stopped #-}
 
 managerStoppedError :: String -> IOError
-managerStoppedError loc = userError ("weft: " ++ loc ++ ": the I/O manager was shut down")
+managerStoppedError = managerShutDown
 
 ------------------------------------------------------------------------------
 -- The dispatcher
@@ -996,7 +997,8 @@ data ManagerStats = ManagerStats
   , statWakeups           :: !Int -- ^ wakeup-fd writes (at most one per blocking poll)
   , statLiveRegistrations :: !Int -- ^ registrations and waits pending now
   , statCallbackErrors    :: !Int -- ^ callbacks that threw
-  , statArms              :: !Int -- ^ backend arm calls (@epoll_ctl@ for epoll)
+  , statArms              :: !Int -- ^ one-shot arms and disarms asked of the backend
+  , statKernelCalls       :: !Int -- ^ calls that changed the kernel's interest set: every @epoll_ctl@ (arms, their retries, watches, forgets); 0 for poll
   , statTimersFired       :: !Int -- ^ timers that expired
   , statPendingTimers     :: !Int -- ^ timers pending now
   , statWatches           :: !Int -- ^ edge-triggered watches ('watchFd') live now
@@ -1011,7 +1013,7 @@ getManagerStats mgr = do
   let r = readCounter (mgrCounters mgr)
   pending <- W.size (mgrTimers mgr)
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
-               <*> r cLive <*> r cCallbackErrors <*> r cArms <*> r cTimersFired
+               <*> r cLive <*> r cCallbackErrors <*> r cArms <*> backendKernelCalls (mgrBackend mgr) <*> r cTimersFired
                <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
 
 ------------------------------------------------------------------------------

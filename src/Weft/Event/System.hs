@@ -31,6 +31,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import Weft.Event.Backend (backendKindFromEnv)
 import Weft.Event.Internal (BackendKind)
 import Weft.Event.Manager
+import Weft.Internal.Error (unsupported)
 
 {-# NOINLINE systemRef #-}
 systemRef :: IORef (Array (Maybe Manager))
@@ -58,7 +59,7 @@ getSystemManager = do
 start :: Int -> IO Manager
 start cap = do
   unless rtsSupportsBoundThreads $
-    ioError (userError "weft: needs the threaded RTS; link with -threaded")
+    ioError (unsupported "getSystemManager" "needs the threaded RTS; link with -threaded")
   modifyMVar systemLock $ \chosen -> do
     kind <- maybe backendKindFromEnv return chosen
     arr <- readIORef systemRef

@@ -42,6 +42,7 @@ module Weft.Net.Socket
   , waitReady
   , retryOrThrow
   , socketError
+  , errnoLong
   , isIdleTimeoutError
     -- * Idle timeouts
   , setIdleTimeout
@@ -75,13 +76,14 @@ import Foreign.C.Types
 import Foreign.Ptr (Ptr)
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Exts (MutableByteArray#, RealWorld)
-import GHC.IO.Exception (IOException (..), IOErrorType (..))
+import GHC.IO.Exception (IOErrorType (..))
 import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal (evtRead, evtWrite)
 import Weft.Event.Manager
 import Weft.Event.System (getSystemManager, systemManagers)
 import Weft.Internal.Counters
+import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
 
 -- | A socket owned by weft: TCP or UDP, always non-blocking. Use it from
 -- any number of threads; 'close' is safe at any time
@@ -224,16 +226,10 @@ socketError loc s r = do
   closed <- isClosed s
   let errno = Errno (fromIntegral (negate r))
   throwIO $ if timedOut
-    then (errnoToIOError ("weft: " ++ loc) eTIMEDOUT Nothing Nothing)
-           { ioe_type = TimeExpired, ioe_description = "connection idle timeout" }
+    then idleTimedOut loc
     else if closed && errno == eBADF
-      then (errnoToIOError ("weft: " ++ loc) eBADF Nothing Nothing)
-             { ioe_description = "socket is closed" }
+      then weftError InvalidArgument eBADF loc "socket is closed"
       else errnoToIOError ("weft: " ++ loc) errno Nothing Nothing
-
--- | Is this the error of a socket whose idle timeout expired?
-isIdleTimeoutError :: IOException -> Bool
-isIdleTimeoutError e = ioe_type e == TimeExpired && ioe_description e == "connection idle timeout"
 
 ------------------------------------------------------------------------------
 -- Idle timeouts

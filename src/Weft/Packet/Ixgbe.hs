@@ -52,6 +52,7 @@ import Weft.Packet.Device
 import Weft.Packet.Headers (MacAddress (..))
 import Weft.Packet.Ixgbe.Registers
 import Weft.Packet.MemPool
+import Weft.Internal.Error (invalidArgument)
 
 -- | How the driver sets a port up.
 data IxgbeConfig = IxgbeConfig
@@ -87,7 +88,8 @@ data Ring = Ring
 -- promiscuous mode and waits for the link. Throws 'DeviceInitFailed' with
 -- the step that failed (the device not coming out of reset, the EEPROM or
 -- DMA not becoming ready, a queue not enabling, the link not coming up
--- within 'ixLinkTimeoutMicros'), or 'userError' for a bad configuration.
+-- within 'ixLinkTimeoutMicros'), or an 'InvalidArgument' 'IOError' for a bad
+-- configuration.
 --
 -- The device's 'waitRx' sleeps 100 µs (the model has no interrupts and
 -- no fd to wait on); its 'readStats' folds the clear-on-read hardware
@@ -97,9 +99,9 @@ openIxgbe :: IxgbeConfig -> String -> RegisterWindow -> IO Device
 openIxgbe cfg name win = do
   let n = ixRingSize cfg
   when (n < 32 || n > 4096 || n `mod` cleanBatch /= 0) $
-    ioError (userError ("Weft.Packet.Ixgbe: the ring size must be a multiple of 32 from 32 to 4096, not " ++ show n))
+    ioError (invalidArgument "openIxgbe" ("the ring size must be a multiple of 32 from 32 to 4096, not " ++ show n))
   when (ixPoolSize cfg <= n) $
-    ioError (userError "Weft.Packet.Ixgbe: the pool must have more buffers than the ring")
+    ioError (invalidArgument "openIxgbe" "the pool must have more buffers than the ring")
   let rd = regRead win
       wr = regWrite win
       setBits r b = rd r >>= wr r . (.|. b)
@@ -162,7 +164,7 @@ openIxgbe cfg name win = do
   lastPool <- newIORef pool
   closed <- newIORef False
   let queue0 what q = when (q /= 0) $
-        ioError (userError ("Weft.Packet.Ixgbe: " ++ name ++ " has one " ++ what ++ " queue, not queue " ++ show q))
+        ioError (invalidArgument "Weft.Packet.Ixgbe" (name ++ " has one " ++ what ++ " queue, not queue " ++ show q))
   pure Device
     { deviceName = name
     , rxQueueCount = 1

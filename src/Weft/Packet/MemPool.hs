@@ -76,6 +76,8 @@ import Foreign.Storable
 import GHC.Exts (RealWorld)
 import System.IO.Unsafe (unsafePerformIO)
 
+import Weft.Internal.Error (invalidArgument)
+
 -- Note [One owner per pool]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~
 -- ixy's mempool is not thread-safe by design, and neither is this one: a
@@ -204,12 +206,12 @@ nextPoolId = unsafePerformIO (newIORef 1)
 {-# NOINLINE nextPoolId #-}
 
 -- | Makes a pool; every buffer starts free. Fails with an 'IOError' when
--- the memory cannot be mapped, and with 'userError' when 'poolSize' is
--- below 1. Release it with 'destroyMemPool' once no buffer is in use.
+-- the memory cannot be mapped, and with an 'InvalidArgument' one when
+-- 'poolSize' is below 1. Release it with 'destroyMemPool' once no buffer is in use.
 newMemPool :: PoolConfig -> IO MemPool
 newMemPool cfg = do
   let n = poolSize cfg
-  when (n < 1) $ ioError (userError "Weft.Packet.MemPool: poolSize must be at least 1")
+  when (n < 1) $ ioError (invalidArgument "newMemPool" "poolSize must be at least 1")
   huge <- if poolHuge cfg then hugePagesConfigured else pure False
   (base, backing) <- alloca $ \pb -> do
     p <- throwErrnoIfNull "Weft.Packet.MemPool.newMemPool (mmap)" $

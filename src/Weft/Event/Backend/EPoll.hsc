@@ -26,7 +26,7 @@ import Control.Monad (when)
 import Data.Bits ((.&.), (.|.), shiftL, shiftR)
 import Data.Int (Int64)
 import Data.Word (Word32, Word64)
-import Foreign.C.Error (Errno (..), eNOENT, eEXIST, ePERM, eINTR, getErrno, throwErrnoIfMinus1)
+import Foreign.C.Error (Errno (..), eNOENT, eEXIST, ePERM, eINTR, errnoToIOError, getErrno, throwErrnoIfMinus1)
 import Foreign.C.Types (CInt (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Ptr (Ptr, plusPtr)
@@ -35,6 +35,7 @@ import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
 import Weft.Event.Wakeup
+import Weft.Internal.Counters (addCounter, newCounters, readCounter)
 
 #include <sys/epoll.h>
 
@@ -53,8 +54,13 @@ newEPollBackend wkind = do
   epfd <- throwErrnoIfMinus1 "weft: epoll_create1" (c_epoll_create1 #{const EPOLL_CLOEXEC})
   wake <- newWakeup wkind
   let wakeData = wakeupData (wakeupReadFd wake)
-  r <- c_weft_epoll_ctl epfd #{const EPOLL_CTL_ADD} (wakeupReadFd wake) #{const EPOLLIN} wakeData
-  when (r /= 0) $ ioError (userError "weft: cannot register the wakeup fd with epoll")
+  -- Every epoll_ctl goes through 'ctl', which counts it.
+  calls <- newCounters 1
+  let ctl op fd flags dat = do
+        _ <- addCounter calls 0 1
+        c_weft_epoll_ctl epfd op fd flags dat
+  r <- ctl #{const EPOLL_CTL_ADD} (wakeupReadFd wake) #{const EPOLLIN} wakeData
+  when (r /= 0) $ ioError (errnoToIOError "weft: newEPollBackend (epoll_ctl)" (Errno (negate r)) Nothing Nothing)
   buf <- mallocForeignPtrBytes (eventBufferSize * #{size struct epoll_event})
   let poll :: PollTimeout -> EventHandler -> IO Int
       poll timeout handler = withForeignPtr buf $ \p -> do
@@ -65,7 +71,7 @@ newEPollBackend wkind = do
         if n < 0
           then do err <- getErrno
                   if err == eINTR then return 0
-                    else ioError (userError ("weft: epoll_wait failed, errno " ++ show (errnoInt err)))
+                    else ioError (errnoToIOError "weft: epoll_wait" err Nothing Nothing)
           else dispatch p (fromIntegral n) 0 0
         where
           dispatch :: Ptr () -> Int -> Int -> Int -> IO Int
@@ -84,23 +90,25 @@ newEPollBackend wkind = do
   return Backend
     { backendKind = EPollBackend
     , backendPoll = poll
-    , backendArm = arm epfd
+    , backendArm = arm ctl
     , backendWatch = Just $ \fd tag -> do
         let flags = #{const EPOLLIN} .|. #{const EPOLLOUT} .|. #{const EPOLLRDHUP} .|. #{const EPOLLET}
-        rc <- c_weft_epoll_ctl epfd #{const EPOLL_CTL_ADD} fd flags (eventData fd tag)
+        rc <- ctl #{const EPOLL_CTL_ADD} fd flags (eventData fd tag)
         return (if rc == 0 then Nothing else Just (Errno (negate rc)))
-    , backendForget = \fd -> () <$ c_weft_epoll_ctl epfd #{const EPOLL_CTL_DEL} fd 0 0
+    , backendForget = \fd -> () <$ ctl #{const EPOLL_CTL_DEL} fd 0 0
     , backendWake = signalWakeup wake
     , backendWakeOnArm = False
     , backendClose = do
         closeWakeup wake
         _ <- c_close epfd
         return ()
+    , backendKernelCalls = readCounter calls 0
     }
 
--- | See Note [Arming with a known flag].
-arm :: CInt -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
-arm epfd fd tag (Interest ev persistent) known
+-- | See Note [Arming with a known flag]. @ctl op fd flags data@ makes (and
+-- counts) one epoll_ctl.
+arm :: (CInt -> Fd -> Word32 -> Word64 -> IO CInt) -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
+arm epollCtl fd tag (Interest ev persistent) known
   | ev == evtNothing =
       -- Disarm: a one-shot watch of nothing stays in the set, quiet.
       if known then ctl #{const EPOLL_CTL_MOD} >> return Armed else return Armed
@@ -120,7 +128,7 @@ arm epfd fd tag (Interest ev persistent) known
       else return (failure r)
   where
     flags = toEPoll ev .|. (if persistent then 0 else #{const EPOLLONESHOT})
-    ctl op = c_weft_epoll_ctl epfd op fd flags (eventData fd tag)
+    ctl op = epollCtl op fd flags (eventData fd tag)
     failure r
       | Errno (negate r) == ePERM = ArmUnsupported
       | otherwise = ArmFailed (Errno (negate r))
@@ -145,8 +153,6 @@ fromEPoll f = (if f .&. (#{const EPOLLIN} .|. #{const EPOLLRDHUP} .|. errHup) /=
            <> (if f .&. (#{const EPOLLRDHUP} .|. errHup) /= 0 then evtHangup else mempty)
   where errHup = #{const EPOLLERR} .|. #{const EPOLLHUP}
 
-errnoInt :: Errno -> CInt
-errnoInt (Errno e) = e
 
 foreign import ccall unsafe "sys/epoll.h epoll_create1"
   c_epoll_create1 :: CInt -> IO CInt

@@ -61,6 +61,7 @@ newPollBackend wkind = do
     , backendWake = signalWakeup wake
     , backendWakeOnArm = True
     , backendClose = closeWakeup wake
+    , backendKernelCalls = return 0
     }
 
 arm :: PollState -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
