@@ -185,6 +185,18 @@ spec kind = describe "Weft.Net" $ do
       W.recv c 10 `shouldThrow` (\e -> ioe_type e == InvalidArgument && hasErrno eBADF e)
     eventually "watches back" ((== w0) <$> liveWatches)
 
+  it "close ends what else was registered on the socket's fd through the managers" $ withPair $ \(_, srv) -> do
+    -- A socket that never waited itself, with a registration made on its
+    -- fd from outside (as Weft.Color's onReadable does): closing the
+    -- socket must complete it with evtClose, not leave it armed for a
+    -- later socket given the same fd number.
+    mgr <- E.getSystemManager
+    got <- newEmptyMVar
+    _ <- E.registerFd mgr (\_ ev -> void (tryPutMVar got ev)) (W.socketFd srv) E.evtRead E.OneShot
+    W.close srv
+    ev <- within 2 "the registration's end" (takeMVar got)
+    ev `shouldSatisfy` (`E.eventIs` E.evtClose)
+
   it "a socket closed while a thread waits never lets that thread see a reused fd's data" $ do
     reused <- newIORef (0 :: Int)
     l <- W.listen loopback

@@ -27,11 +27,9 @@ import Foreign.C.Types (CInt)
 import Network.Socket (SockAddr)
 import System.Posix.Types (Fd (..))
 
-import qualified Weft
 import Weft.Color (FdWatch, Handler, Runtime, RuntimeClosed (..), handler, post, rearmRead, rearmWrite)
 import qualified Weft.Color as Color
 import qualified Weft.Net as Net
-import qualified Weft.Net.Socket as Socket
 import Weft.Timer (TimeoutKey, getSystemTimerManager, registerTimeout)
 
 import Kv.Command
@@ -672,12 +670,8 @@ sendChunks sock = go 0
         -- takes everything offered.
         Right (Just k) -> go (sent + k) (Net.dropBytes k chunks)
 
--- | Close a socket, ending the watches 'onReadable' and 'onWritable' armed
--- on its fd (through 'Weft.closeFdWith': they then post nothing), so no
--- stale watch can fire for a new connection given the same fd number.
--- 'Net.close' alone does not do this for a socket that never waited in
--- weft's socket layer. Never throws.
+-- | Close a socket: through weft's managers ('Net.close'), so nothing
+-- armed on its fd can fire for a new connection given the same fd number.
+-- Never throws.
 closeSocket :: Net.Socket -> IO ()
-closeSocket sock = do
-  fd <- Socket.detach sock
-  forM_ fd $ \raw -> Weft.closeFdWith (\_ -> void (Socket.c_close raw)) (Fd raw)
+closeSocket = Net.close

@@ -76,9 +76,7 @@ import System.Posix.Types (Fd (..))
 
 import Example.Http
 import Sws.Cache
-import qualified Weft
 import Weft.Color
-import qualified Weft.Net.Socket as S
 import qualified Weft.Net as W
 import qualified Weft.Timer as T
 
@@ -278,17 +276,12 @@ stopServer srv = do
   wait 1000
   shutdown rt
 
--- | Close a socket (its 'FdWatch' ended first) with 'Weft.closeFdWith', so
--- that a one-shot arm of the poll backend is dropped too and nothing is
--- left in a manager's table for a later socket given the same fd number.
--- 'W.close' alone does not do this for a socket that never waited through
--- "Weft.Net" itself, which is every socket here. The socket refuses
--- syscalls from then on. Never throws.
+-- | Close a socket (its 'FdWatch' ended first) through weft's managers
+-- ('W.close'), so that a one-shot arm of the poll backend is dropped too
+-- and nothing is left in a manager's table for a later socket given the
+-- same fd number. The socket refuses syscalls from then on. Never throws.
 closeSocket :: W.Socket -> IO ()
-closeSocket s = do
-  fd <- S.detach s
-  forM_ fd $ \raw -> Weft.closeFdWith (\_ -> void (S.c_close raw)) (Fd raw)
-    `catch` \(_ :: IOException) -> return ()
+closeSocket = W.close
 
 ------------------------------------------------------------------------------
 -- Accept

@@ -330,37 +330,33 @@ isClosed s = odd <$> readCounter (sockGuard s) gUse
 
 -- | Close the socket (Note [Socket close and fd reuse]). Threads blocked
 -- on it wake up with an 'IOError' (@EBADF@, "socket is closed"), as do
--- later calls. Idempotent; never throws.
+-- later calls. The fd is closed through the system managers
+-- ('closeFdOn'), so that whatever else was registered on it there (a
+-- 'Weft.Color.onReadable', a 'Weft.Event.registerFd') ends with it, with
+-- 'evtClose', and can never fire for a later socket given the same fd
+-- number. Idempotent; never throws.
 close :: Socket -> IO ()
 close s = do
-  handedOver <- detachWith s
-  forM_ handedOver $ \(fd, level) ->
-    if level
-      then do
-        mgrs <- systemManagers
-        closeFdOn mgrs (\_ -> void (c_close fd)) (Fd fd)
-      else void (c_close fd)
+  handedOver <- detach s
+  forM_ handedOver $ \fd -> do
+    mgrs <- systemManagers
+    closeFdOn mgrs (\_ -> void (c_close fd)) (Fd fd)
 
 -- | Stop weft from using the socket, as 'close' does, but return the fd
 -- open instead of closing it ('Nothing' if it was closed already). The
--- caller owns it.
+-- caller owns it. (It marks the socket closed, ends its watch and idle
+-- timer, and waits for the syscalls in flight.)
 detach :: Socket -> IO (Maybe CInt)
-detach s = fmap fst <$> detachWith s
-
--- Mark closed, end the watch and idle timer, and drain the syscalls in
--- flight. Returns the fd, and whether its waiters wait through 'waitOn'.
-detachWith :: Socket -> IO (Maybe (CInt, Bool))
-detachWith s = uninterruptibleMask_ $ do
+detach s = uninterruptibleMask_ $ do
   first <- markClosed
   if not first then return Nothing else do
     cancelIdle s
     w <- withMVar (sockLock s) $ \_ -> readIORef (sockWaiter s)
-    level <- case w of
-      Edge watch -> unwatchFd watch >> return False
-      Level -> return True
-      Unwatched -> return False
+    case w of
+      Edge watch -> unwatchFd watch
+      _ -> return ()
     drain
-    return (Just (sockFd s, level))
+    return (Just (sockFd s))
   where
     g = sockGuard s
     markClosed = do
