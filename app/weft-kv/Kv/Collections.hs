@@ -100,10 +100,14 @@ lrangeOp start stop _ _ v = case v of
   Just _ -> Outcome Keep wrongType
 
 llenOp :: KeyOp
-llenOp _ _ v = Outcome Keep $ case v of
+llenOp = sizeOp (\x -> case x of VList l -> Just (Seq.length l); _ -> Nothing)
+
+-- | LLEN, SCARD, HLEN, ZCARD: the collection's size (given by @size@ for
+-- the right type), 0 for a missing key, WRONGTYPE for another type.
+sizeOp :: (Value -> Maybe Int) -> KeyOp
+sizeOp size _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
-  Just (VList l) -> RInt (Seq.length l)
-  Just _ -> wrongType
+  Just value -> maybe wrongType RInt (size value)
 
 ------------------------------------------------------------------------------
 -- Sets
@@ -151,10 +155,7 @@ spopOp count now _ v = case v of
              in z2 `xor` (z2 `shiftR` 31)
 
 scardOp :: KeyOp
-scardOp _ _ v = Outcome Keep $ case v of
-  Nothing -> RInt 0
-  Just (VSet s) -> RInt (Set.size s)
-  Just _ -> wrongType
+scardOp = sizeOp (\x -> case x of VSet m -> Just (Set.size m); _ -> Nothing)
 
 -- | SREM: how many of the members were there; an emptied set goes.
 sremOp :: [ByteString] -> KeyOp
@@ -225,10 +226,7 @@ hgetallOp _ _ v = Outcome Keep $ case v of
   Just _ -> wrongType
 
 hlenOp :: KeyOp
-hlenOp _ _ v = Outcome Keep $ case v of
-  Nothing -> RInt 0
-  Just (VHash h) -> RInt (Map.size h)
-  Just _ -> wrongType
+hlenOp = sizeOp (\x -> case x of VHash h -> Just (Map.size h); _ -> Nothing)
 
 ------------------------------------------------------------------------------
 -- Sorted sets
@@ -327,10 +325,7 @@ withScores scored ms
   | otherwise = RArray [ RBulk m | (_, m) <- ms ]
 
 zcardOp :: KeyOp
-zcardOp _ _ v = Outcome Keep $ case v of
-  Nothing -> RInt 0
-  Just (VZSet (ZSet scores _)) -> RInt (Map.size scores)
-  Just _ -> wrongType
+zcardOp = sizeOp (\x -> case x of VZSet (ZSet scores _) -> Just (Map.size scores); _ -> Nothing)
 
 zscoreOp :: ByteString -> KeyOp
 zscoreOp m _ _ v = Outcome Keep $ case v of
