@@ -6,7 +6,7 @@
 -- 16/64/400, each at -N1 and -N2; echo; the wait benchmark; and an idle
 -- server's CPU. Arms interleaved and repeated; the weft arms' dispatcher
 -- counters (read from the servers with SIGUSR1) say what each policy did.
-module Bench.Spin (spinBench) where
+module Bench.Spin (spinBench, spinBenchWithoutWait) where
 
 import Control.Concurrent (threadDelay)
 import Control.Exception
@@ -45,7 +45,15 @@ data Counts = Counts { ctSpins :: !Double, ctHits :: !Double, ctSpinUs :: !Doubl
                      , ctBlocks :: !Double, ctPolls :: !Double }
 
 spinBench :: Settings -> IO String
-spinBench st = do
+spinBench = spinBenchWith True
+
+-- | 'spinBench' without its wait benchmark, for @weft-bench all@, whose
+-- own wait section runs the same four arms.
+spinBenchWithoutWait :: Settings -> IO String
+spinBenchWithoutWait = spinBenchWith False
+
+spinBenchWith :: Bool -> Settings -> IO String
+spinBenchWith withWait st = do
   _ <- raiseFdLimit
   bin <- binDir
   wrkRun <- newWrkRun st
@@ -90,7 +98,8 @@ spinBench st = do
                   | ((a, _), srv) <- zip arms srvs ]
       res <- interleave "spin" (setReps st) cells
       reportWith ["ghc"] "spin-echo" ["echo"] armNames False res
-  wait <- waitMain ["--reps", show (setReps st), "--caps", "1,2"]
+  wait <- if withWait then waitMain ["--reps", show (setReps st), "--caps", "1,2"]
+          else return "(the wait benchmark's arms: see the wait section)\n"
   idle <- idleCheck bin
   table <- countersTable <$> readIORef counts
   dir <- resultsDir
