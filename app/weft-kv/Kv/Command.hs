@@ -244,13 +244,25 @@ setOp new o now _ old = case setExpiry o of
 -- of milliseconds since the epoch.
 expiryDeadline :: ByteString -> Now -> TimeUnit -> Int -> Either Reply Int
 expiryDeadline command now unit t
-  | t <= 0 || (seconds && t > maxBound `quot` 1000) = Left (invalidExpire command)
-  | relative && ms > maxBound - nowWall now = Left (invalidExpire command)
-  | otherwise = Right (monotonic now (if relative then ms + nowWall now else ms))
+  | t <= 0 || (inSeconds unit && t > maxBound `quot` 1000) = Left (invalidExpire command)
+  | ms > maxBound - base = Left (invalidExpire command)
+  | otherwise = Right (monotonic now (ms + base))
   where
-    seconds = unit == Seconds || unit == UnixSeconds
-    relative = unit == Seconds || unit == Millis
-    ms = if seconds then t * 1000 else t
+    ms = inMillis unit t
+    base = baseOf unit now
+
+-- | Is the time given in seconds?
+inSeconds :: TimeUnit -> Bool
+inSeconds unit = unit == Seconds || unit == UnixSeconds
+
+-- | A time in this unit in milliseconds (checked for overflow by the caller).
+inMillis :: TimeUnit -> Int -> Int
+inMillis unit t = if inSeconds unit then t * 1000 else t
+
+-- | What a time in this unit counts from on the wall clock: now for a
+-- relative time, the epoch for an absolute one.
+baseOf :: TimeUnit -> Now -> Int
+baseOf unit now = if unit == Seconds || unit == Millis then nowWall now else 0
 
 -- | A wall-clock time in milliseconds on the monotonic clock; any time
 -- not in the future is the moment just past (which also keeps a time
@@ -340,15 +352,14 @@ expireCommand _ _ _ = Answer syntaxError
 
 expireOp :: ByteString -> TimeUnit -> Int -> [ExpireCondition] -> KeyOp
 expireOp command unit t conds now deadline v
-  | seconds && (t > maxBound `quot` 1000 || t < minBound `quot` 1000) = Outcome Keep (invalidExpire command)
+  | inSeconds unit && (t > maxBound `quot` 1000 || t < minBound `quot` 1000) = Outcome Keep (invalidExpire command)
   | ms > maxBound - base = Outcome Keep (invalidExpire command)
   | Nothing <- v = Outcome Keep (RInt 0)
   | not (all allowed conds) = Outcome Keep (RInt 0)
   | otherwise = Outcome (ExpireAt (monotonic now when)) (RInt 1)
   where
-    seconds = unit == Seconds || unit == UnixSeconds
-    ms = if seconds then t * 1000 else t
-    base = if unit == Seconds || unit == Millis then nowWall now else 0
+    ms = inMillis unit t
+    base = baseOf unit now
     when = ms + base
     -- The key's current expiry on the wall clock, if any.
     current = if deadline == 0 then Nothing else Just (deadline - nowMono now + nowWall now)

@@ -23,6 +23,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
+import Data.Maybe (catMaybes)
 import Foreign.C.Types (CInt)
 import Network.Socket (SockAddr)
 import System.Posix.Types (Fd (..))
@@ -76,7 +77,7 @@ runServer cfg addr = do
   where
     closeRemaining live = do
       conns <- atomicModifyIORef' live (\m -> (IntMap.empty, IntMap.elems m))
-      forM_ conns $ \c -> Color.unwatchFd (connWatch c) >> closeSocket (connSocket c)
+      forM_ conns $ \c -> Color.unwatchFd (connWatch c) >> Net.close (connSocket c)
 
 ------------------------------------------------------------------------------
 -- State
@@ -251,7 +252,7 @@ adopt env (sock, _) = do
       onWrite = readIORef rec >>= writable env
   w <- try (Color.watchFd (envRuntime env) (Fd fd) color (hRead, onRead) (hWrite, onWrite))
   case w of
-    Left (_ :: IOException) -> closeSocket sock
+    Left (_ :: IOException) -> Net.close sock
     Right fw -> do
       c <- Conn sock fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
              <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef Open
@@ -443,23 +444,22 @@ runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
   now <- readNow
   let runOne key op = runKeyOp (envStore env) (armExpiry env key) now key op
-  results <- forM works $ \w -> case w of
+  -- Flushing colors but the last have nothing to answer ('Nothing').
+  results <- fmap catMaybes . forM works $ \w -> case w of
     Work s key op -> do
       r <- runOne key op
       let !chunks = encodeReplyChunks r
-      return (Whole s chunks)
-    WorkParts s ps -> Parts s <$> mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
+      return (Just (Whole s chunks))
+    WorkParts s ps -> Just . Parts s <$> mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
     WorkAll s ps joinParts -> do
       rs <- mapM (uncurry runOne) ps
       let !chunks = encodeReplyChunks (joinParts rs)
-      return (Whole s chunks)
+      return (Just (Whole s chunks))
     WorkFlush s left -> do
       flushColor (envStore env) color
       n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
-      return (if n == 0 then Whole s (encodeReplyChunks ok) else Parts s [])
-  -- Flushing colors but the last have nothing to answer.
-  let answers = filter (\r -> case r of Parts _ [] -> False; _ -> True) results
-  unless (null answers) $ post (envRuntime env) (connColor c) hReply (resultsArrived env c answers)
+      return (if n == 0 then Just (Whole s (encodeReplyChunks ok)) else Nothing)
+  unless (null results) $ post (envRuntime env) (connColor c) hReply (resultsArrived env c results)
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do
@@ -539,13 +539,15 @@ settle env c = do
 resumeHeld :: Env -> Conn -> IO ()
 resumeHeld env c = do
   held <- readIORef (connHeld c)
-  outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
-  phase <- readIORef (connPhase c)
-  let live = case phase of Open -> True; Finishing _ -> True; _ -> False
-  when (live && not (null held) && outstanding == 0) $ do
-    writeIORef (connHeld c) []
-    ended <- dispatch env c held
-    when ended $ writeIORef (connPhase c) (Finishing True)
+  -- The common case, on every 'settle': nothing held, nothing more read.
+  unless (null held) $ do
+    outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+    phase <- readIORef (connPhase c)
+    let live = case phase of Open -> True; Finishing _ -> True; _ -> False
+    when (live && outstanding == 0) $ do
+      writeIORef (connHeld c) []
+      ended <- dispatch env c held
+      when ended $ writeIORef (connPhase c) (Finishing True)
 
 -- | Send the output; on a full socket buffer, keep the rest and continue
 -- when writable.
@@ -622,7 +624,7 @@ closeConn env c = do
       let Fd fd = Net.socketFd (connSocket c)
       atomicModifyIORef' (envLive env) (\m -> (IntMap.delete (fromIntegral fd) m, ()))
       Color.unwatchFd (connWatch c)
-      closeSocket (connSocket c)
+      Net.close (connSocket c)
 
 ------------------------------------------------------------------------------
 -- Expiry
@@ -669,9 +671,3 @@ sendChunks sock = go 0
         -- One gather write takes at most 1024 strings: go on while it
         -- takes everything offered.
         Right (Just k) -> go (sent + k) (Net.dropBytes k chunks)
-
--- | Close a socket: through weft's managers ('Net.close'), so nothing
--- armed on its fd can fire for a new connection given the same fd number.
--- Never throws.
-closeSocket :: Net.Socket -> IO ()
-closeSocket = Net.close

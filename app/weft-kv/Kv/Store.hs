@@ -281,29 +281,25 @@ expireDue (Store maps) arm key armedFor = do
 -- they have run, and any other client's writes either whole or not at all
 -- per key (Note [Store-wide commands] in "Kv.Server").
 survey :: Store -> Now -> Survey -> IO Reply
-survey (Store maps) clocks op = case op of
-  CountKeys -> RInt <$> foldColors (\n m -> n + Map.size (Map.filter live m)) 0
-  MatchKeys wanted -> RArray <$> foldColors (\acc m -> [ RBulk k | (k, e) <- Map.toList m, live e, wanted k ] ++ acc) []
+survey store clocks op = case op of
+  CountKeys -> RInt <$> foldColors store (\n _ m -> n + Map.size (Map.filter live m)) 0
+  MatchKeys wanted -> RArray <$> foldColors store (\acc _ m -> [ RBulk k | (k, e) <- Map.toList m, live e, wanted k ] ++ acc) []
   where
     live (Entry _ (ExpiresAt deadline _)) = deadline > nowMono clocks
     live _ = True
-    foldColors :: (a -> Map.Map ByteString Entry -> a) -> a -> IO a
-    foldColors f z0 = go 0 z0
-      where
-        go !i !z
-          | i == colorCount = return z
-          | otherwise = readIORef (indexArray maps i) >>= \m -> go (i + 1) (f z m)
 
 -- | The colors whose maps hold keys (live or expired), read as 'survey'
--- reads them.
+-- reads them, in descending order.
 occupiedColors :: Store -> IO [Int]
-occupiedColors (Store maps) = go (colorCount - 1) []
+occupiedColors store = foldColors store (\acc i m -> if Map.null m then acc else i : acc) []
+
+-- | Fold over every color's map, from any thread (see 'survey').
+foldColors :: Store -> (a -> Int -> Map.Map ByteString Entry -> a) -> a -> IO a
+foldColors (Store maps) f = go 0
   where
-    go !i acc
-      | i < 0 = return acc
-      | otherwise = do
-          m <- readIORef (indexArray maps i)
-          go (i - 1) (if Map.null m then acc else i : acc)
+    go !i !z
+      | i == colorCount = return z
+      | otherwise = readIORef (indexArray maps i) >>= \m -> go (i + 1) (f z i m)
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.

@@ -266,7 +266,7 @@ stopServer srv = do
   post rt acceptColor hStop $ do
     writeIORef (srvStopping srv) True
     unwatchFd (srvListenWatch srv)
-    closeSocket (srvListener srv)
+    W.close (srvListener srv)
     open <- readIORef (srvOpen srv)
     forM_ (IntMap.elems open) $ \c -> post rt (connColor c) hClose (closeConn srv c Abort)
   let wait :: Int -> IO ()
@@ -276,12 +276,6 @@ stopServer srv = do
   wait 1000
   shutdown rt
 
--- | Close a socket (its 'FdWatch' ended first) through weft's managers
--- ('W.close'), so that a one-shot arm of the poll backend is dropped too
--- and nothing is left in a manager's table for a later socket given the
--- same fd number. The socket refuses syscalls from then on. Never throws.
-closeSocket :: W.Socket -> IO ()
-closeSocket = W.close
 
 ------------------------------------------------------------------------------
 -- Accept
@@ -346,11 +340,11 @@ acceptConnections srv = do
           -- Best effort: a client that has not sent anything yet reads
           -- the 503 and then the close.
           _ <- try (W.trySendMany s (render CloseAfter serviceUnavailable)) :: IO (Either IOException (Maybe Int))
-          closeSocket s
+          W.close s
         else do
           made <- try (newConn srv s)
           case made of
-            Left (_ :: IOException) -> closeSocket s
+            Left (_ :: IOException) -> W.close s
             Right c -> do
               writeIORef (srvClients srv) (n + 1)
               modifyIORef' (srvOpen srv) (IntMap.insert (fdInt (connFd c)) c)
@@ -556,7 +550,7 @@ closeConn srv c how = do
       writeIORef (connOutput c) []
       writeIORef (connInput c) B.empty
       unwatchFd (connWatch c)
-      closeSocket (connSocket c)
+      W.close (connSocket c)
       post (srvRuntime srv) acceptColor hDec (decClients srv c)
 
 -- | Discard input until the peer closes (part of a graceful Close).
