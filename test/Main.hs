@@ -16,6 +16,7 @@ import qualified Test.FdTable
 import qualified Test.Lifecycle
 import qualified Test.Http
 import qualified Test.Kv
+import qualified Test.Mixing
 import qualified Test.Net
 import qualified Test.Packet
 import qualified Test.PacketApps
@@ -54,6 +55,7 @@ main = do
           Test.Timers.spec
           Test.Lifecycle.spec kind
           Test.Net.spec kind
+          Test.Mixing.spec kind
           Test.Servers.spec kind
           Test.Sws.spec
           Test.Color.ioSpec kind

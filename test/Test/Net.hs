@@ -3,7 +3,7 @@
 -- resets, half-close, idle timeouts, fd exhaustion at accept, UDP and
 -- interop. Clients are @network@ sockets (GHC's manager) unless the test is
 -- about weft's client side.
-module Test.Net (spec, withWeftServer, recvExactly, connectClient, countFds, makesRoomForNewcomers) where
+module Test.Net (spec, withWeftServer, withPair, liveWatches, recvExactly, connectClient, countFds, makesRoomForNewcomers) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (async, forConcurrently_, mapConcurrently, wait)

@@ -11,23 +11,24 @@ import Test.QuickCheck
 import Weft.Event.Internal
 import Weft.Event.Slot
 
-data Op = Add Int Event Lifetime | Remove Int | Fire Event
+data Op = Add Int Event Trigger | Remove Int | Fire Event
   deriving Show
 
 instance Arbitrary Event where
   arbitrary = elements [evtRead, evtWrite, evtRead <> evtWrite]
 
-instance Arbitrary Lifetime where
-  arbitrary = frequency [(3, pure OneShot), (1, pure MultiShot)]
+instance Arbitrary Trigger where
+  arbitrary = frequency [(3, pure Once), (1, pure Level), (1, pure Edge)]
 
 genOps :: Gen [Op]
 genOps = listOf $ frequency
-  [ (4, Add <$> choose (0, 20) <*> arbitrary <*> arbitrary)
+  [ (4, (\k ev t -> Add k (if t == Edge then evtRead <> evtWrite else ev) t)
+          <$> choose (0, 20) <*> arbitrary <*> arbitrary)
   , (2, Remove <$> choose (0, 20))
   , (3, Fire <$> frequency [(8, arbitrary), (1, pure evtClose)]) ]
 
--- | The model: registrations as (key, events, lifetime).
-type Model = [(Int, Event, Lifetime)]
+-- | The model: registrations as (key, events, trigger).
+type Model = [(Int, Event, Trigger)]
 
 -- | Apply an op to the slot (syncing the armed interest as the manager does)
 -- and to the model; check that both agree on what fired.
@@ -44,9 +45,11 @@ step (st, model) op = case op of
          else Left ("removeReg disagrees on " ++ show k)
   Fire ev ->
     let (fired, st') = fireSlot ev st
-        fires (_, e, _) = ev `eventIs` evtClose || e `eventIs` ev
+        -- Edge-triggered registrations are told by the dispatcher, not
+        -- fired, except by a close.
+        fires (_, e, t) = ev `eventIs` evtClose || (t /= Edge && e `eventIs` ev)
         expectFired = sort [ k | m@(k, _, _) <- model, fires m ]
-        model' = [ m | m@(_, _, lt) <- model, not (fires m) || (lt == MultiShot && not (ev `eventIs` evtClose)) ]
+        model' = [ m | m@(_, _, t) <- model, not (fires m) || (t /= Once && not (ev `eventIs` evtClose)) ]
     in if sort (map regKey fired) == expectFired
          then Right (sync st', model')
          else Left ("fireSlot " ++ show ev ++ " fired " ++ show (map regKey fired)
@@ -56,13 +59,18 @@ step (st, model) op = case op of
              in if needsArm want (ssArmed s) then armedWith want s else s
 
 -- | After syncing: every registration's events are armed (no lost wakeup),
--- and a persistent watch never reports events nobody wants.
+-- a persistent arm never reports events nobody wants, and an
+-- edge-triggered registration makes the arm edge-triggered, for both
+-- directions.
 invariant :: SlotState () -> Model -> Either String ()
 invariant st model
   | sort [ k | (k, _, _) <- model ] /= sort (map regKey (ssRegs st)) = Left "registrations differ from the model"
+  | any (\(_, _, t) -> t == Edge) model =
+      if armed == Interest (evtRead <> evtWrite) Edge then Right ()
+      else Left ("an edge-triggered registration, armed " ++ show armed)
   | not (want `eventSubset` interestEvents armed) = Left ("armed " ++ show armed ++ " misses " ++ show want)
   | interestPersistent armed && interestEvents armed /= want = Left ("persistent watch " ++ show armed ++ " wider than " ++ show want)
-  | interestPersistent armed /= any (\(_, _, lt) -> lt == MultiShot) model && want /= evtNothing = Left "persistence differs"
+  | (interestTrigger armed == Level) /= any (\(_, _, t) -> t == Level) model && want /= evtNothing = Left "persistence differs"
   | otherwise = Right ()
   where
     want = foldMap (\(_, e, _) -> e) model
@@ -80,21 +88,28 @@ spec = describe "Slot state machine" $ do
       in either (\msg -> counterexample msg False) (const (property True)) (go (emptySlotState, []) ops)
 
   it "needs no arm when a one-shot watch already covers the waiters" $
-    needsArm (Interest evtRead False) (Interest (evtRead <> evtWrite) False) `shouldBe` False
+    needsArm (Interest evtRead Once) (Interest (evtRead <> evtWrite) Once) `shouldBe` False
 
   it "re-arms a one-shot watch that fired" $ do
-    let st = armedWith (Interest evtRead False) (addReg (Reg 1 evtRead OneShot ()) emptySlotState)
+    let st = armedWith (Interest evtRead Once) (addReg (Reg 1 evtRead Once ()) emptySlotState)
         (_, st') = fireSlot evtWrite st
     ssArmed st' `shouldBe` noInterest
     (wantedInterest (ssRegs st'), ssArmed st') `shouldSatisfy` uncurry needsArm
 
   it "disarms a persistent watch when its last multi-shot leaves" $ do
-    let st = armedWith (Interest evtRead True) (addReg (Reg 1 evtRead MultiShot ()) emptySlotState)
+    let st = armedWith (Interest evtRead Level) (addReg (Reg 1 evtRead Level ()) emptySlotState)
         (_, st') = removeReg 1 st
     (wantedInterest (ssRegs st'), ssArmed st') `shouldSatisfy` uncurry needsArm
 
+  it "an edge-triggered registration leaves the arm to the others when it ends" $ do
+    let st = armedWith (Interest (evtRead <> evtWrite) Edge)
+               (addReg (Reg 2 evtRead Edge ()) (addReg (Reg 1 evtRead Once ()) emptySlotState))
+        (_, st') = removeReg 2 st
+    wantedInterest (ssRegs st') `shouldBe` Interest evtRead Once
+    (wantedInterest (ssRegs st'), ssArmed st') `shouldSatisfy` uncurry needsArm
+
   it "closeSlot returns every registration and bumps the generation" $ do
-    let st = addReg (Reg 2 evtWrite OneShot ()) (addReg (Reg 1 evtRead MultiShot ()) emptySlotState)
+    let st = addReg (Reg 2 evtWrite Once ()) (addReg (Reg 1 evtRead Level ()) emptySlotState)
         (regs, st') = closeSlot st
     sort (map regKey regs) `shouldBe` [1, 2]
     ssTag st' `shouldBe` ssTag st + 1

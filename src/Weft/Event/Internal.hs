@@ -8,7 +8,9 @@ module Weft.Event.Internal
     -- * Lifetimes
   , Lifetime (..)
     -- * Interest, as the kernel sees it
+  , Trigger (..)
   , Interest (..)
+  , interestPersistent
   , noInterest
     -- * Backends
   , Backend (..)
@@ -80,17 +82,32 @@ instance Semigroup Lifetime where
   OneShot <> OneShot = OneShot
   _ <> _ = MultiShot
 
--- | What the backend is asked to watch for one fd: an event set and whether
--- the watch persists after it fires ('True', level-triggered) or is disarmed
--- by the first report ('False', one-shot).
+-- | How the kernel reports an fd it watches.
+data Trigger
+  = Once
+    -- ^ One-shot: the first report disarms the fd until it is armed again.
+  | Level
+    -- ^ Level-triggered: reported by every poll while the fd is ready.
+  | Edge
+    -- ^ Edge-triggered: reported when the fd becomes ready (and when an
+    -- arm finds it ready), for reads and writes together; never disarmed.
+  deriving (Eq, Show)
+
+-- | What the backend is asked to watch for one fd: an event set and how it
+-- is reported.
 data Interest = Interest
-  { interestEvents     :: {-# UNPACK #-} !Event
-  , interestPersistent :: !Bool
+  { interestEvents  :: {-# UNPACK #-} !Event
+  , interestTrigger :: !Trigger
   } deriving (Eq, Show)
+
+-- | Does the watch stay armed after it reports?
+interestPersistent :: Interest -> Bool
+interestPersistent i = interestTrigger i /= Once
+{-# INLINE interestPersistent #-}
 
 -- | Nothing armed.
 noInterest :: Interest
-noInterest = Interest evtNothing False
+noInterest = Interest evtNothing Once
 
 -- | Receives each ready fd from 'backendPoll': the fd, the generation tag it
 -- was armed with, and the events.
@@ -140,12 +157,11 @@ data Backend = Backend
     -- ^ @backendArm fd tag interest known@ makes the kernel watch @interest@
     -- on @fd@, reporting @tag@ with it. @known@ says whether weft believes the
     -- fd is already registered. A one-shot interest is disarmed by the first
-    -- report of it; 'noInterest' disarms.
-  , backendWatch :: !(Maybe (Fd -> Word32 -> IO (Maybe Errno)))
-    -- ^ @backendWatch fd tag@ registers the fd once, edge-triggered, for
-    -- reads and writes, reporting @tag@ with every event; 'Nothing' on
-    -- success. Backends without edge-triggered readiness (poll) have none.
-    -- Note [Edge-triggered watches] in "Weft.Event.Manager".
+    -- report of it; 'noInterest' disarms. Every arm makes the kernel check
+    -- the fd's readiness at once, whatever the trigger.
+  , backendEdges :: !Bool
+    -- ^ Whether the backend can arm 'Edge' interests (epoll); one that
+    -- cannot (poll) is never asked to.
   , backendForget :: !(Fd -> IO ())
     -- ^ Drop the fd from the interest set, ignoring errors (it may be gone).
   , backendWake :: !(IO ())

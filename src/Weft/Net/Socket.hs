@@ -7,7 +7,7 @@
 -- A socket is not watched until a syscall on it first says @EAGAIN@. Then
 -- it is registered once, edge-triggered, with the manager of the capability
 -- the thread runs on (Note [Edge-triggered watches] in
--- "Weft.Event.Manager"); every later wait is a take of a readiness token,
+-- "Weft.Event.Internal.Registry"); every later wait is a take of a readiness token,
 -- with no @epoll_ctl@. A socket that never has to wait is never registered.
 -- Under the poll backend, which has no edge-triggered readiness, waits are
 -- ordinary one-shot waits ('waitOn') on the caller's system manager.
@@ -18,10 +18,11 @@
 -- touch a reused fd number. Each socket has a guard word: every syscall adds
 -- 2 to it for its duration (inside one unsafe C call, so no async exception
 -- can split the pair), and 'close' sets bit 0, after which syscalls fail
--- with @EBADF@ without touching the fd. 'close' then ends the watch, which
--- wakes the blocked threads (their retried syscalls fail), waits for the
+-- with @EBADF@ without touching the fd. 'close' then waits for the
 -- syscalls in flight to finish (they never block: the fd is non-blocking),
--- and only then closes the fd. A thread blocked in a wait holds no guard.
+-- and closes the fd through the managers, which ends its watch and every
+-- other registration of it: the blocked threads wake, and their retried
+-- syscalls fail. A thread blocked in a wait holds no guard.
 module Weft.Net.Socket
   ( Socket
   , socketFd
@@ -103,7 +104,7 @@ instance Eq Socket where
 instance Show Socket where
   show s = "<weft socket, fd " ++ show (sockFd s) ++ ">"
 
-data Waiter = Unwatched | Edge !Watch | Level
+data Waiter = Unwatched | Watched !Watch | Level
 
 -- | Which way a thread waits.
 data Direction = Reading | Writing
@@ -178,7 +179,7 @@ waitReady :: Direction -> Socket -> IO ()
 waitReady dir s = do
   w <- readIORef (sockWaiter s)
   case w of
-    Edge watch -> case dir of
+    Watched watch -> case dir of
       Reading -> awaitReadable watch
       Writing -> awaitWritable watch
     Level -> do
@@ -201,7 +202,7 @@ setUpWaiter s = withMVar (sockLock s) $ \_ -> do
     Unwatched | not closed -> do
       mgr <- getSystemManager
       watch <- watchFd mgr (socketFd s)
-      writeIORef (sockWaiter s) (maybe Level Edge watch)
+      writeIORef (sockWaiter s) (maybe Level Watched watch)
     _ -> return ()
 
 -- | What to do with a negative syscall result: wait and retry on @EAGAIN@,
@@ -337,26 +338,35 @@ isClosed s = odd <$> readCounter (sockGuard s) gUse
 -- number. Idempotent; never throws.
 close :: Socket -> IO ()
 close s = do
-  handedOver <- detach s
-  forM_ handedOver $ \fd -> do
+  open <- stopUsing s False
+  when open $ do
     mgrs <- systemManagers
-    closeFdOn mgrs (\_ -> void (c_close fd)) (Fd fd)
+    closeFdOn mgrs (\_ -> void (c_close (sockFd s))) (socketFd s)
 
 -- | Stop weft from using the socket, as 'close' does, but return the fd
 -- open instead of closing it ('Nothing' if it was closed already). The
 -- caller owns it. (It marks the socket closed, ends its watch and idle
 -- timer, and waits for the syscalls in flight.)
 detach :: Socket -> IO (Maybe CInt)
-detach s = uninterruptibleMask_ $ do
+detach s = do
+  open <- stopUsing s True
+  return (if open then Just (sockFd s) else Nothing)
+
+-- | Mark the socket closed, cancel its idle timer, end its watch if asked
+-- (a close ends it with the fd), and wait for the syscalls in flight.
+-- Returns whether this call was the one that closed it.
+stopUsing :: Socket -> Bool -> IO Bool
+stopUsing s unwatch = uninterruptibleMask_ $ do
   first <- markClosed
-  if not first then return Nothing else do
+  when first $ do
     cancelIdle s
-    w <- withMVar (sockLock s) $ \_ -> readIORef (sockWaiter s)
-    case w of
-      Edge watch -> unwatchFd watch
-      _ -> return ()
+    when unwatch $ do
+      w <- withMVar (sockLock s) $ \_ -> readIORef (sockWaiter s)
+      case w of
+        Watched watch -> unwatchFd watch
+        _ -> return ()
     drain
-    return (Just (sockFd s))
+  return first
   where
     g = sockGuard s
     markClosed = do

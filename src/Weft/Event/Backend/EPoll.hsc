@@ -91,10 +91,7 @@ newEPollBackend wkind = do
     { backendKind = EPollBackend
     , backendPoll = poll
     , backendArm = arm ctl
-    , backendWatch = Just $ \fd tag -> do
-        let flags = #{const EPOLLIN} .|. #{const EPOLLOUT} .|. #{const EPOLLRDHUP} .|. #{const EPOLLET}
-        rc <- ctl #{const EPOLL_CTL_ADD} fd flags (eventData fd tag)
-        return (if rc == 0 then Nothing else Just (Errno (negate rc)))
+    , backendEdges = True
     , backendForget = \fd -> () <$ ctl #{const EPOLL_CTL_DEL} fd 0 0
     , backendWake = signalWakeup wake
     , backendWakeOnArm = False
@@ -108,7 +105,7 @@ newEPollBackend wkind = do
 -- | See Note [Arming with a known flag]. @ctl op fd flags data@ makes (and
 -- counts) one epoll_ctl.
 arm :: (CInt -> Fd -> Word32 -> Word64 -> IO CInt) -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult
-arm epollCtl fd tag (Interest ev persistent) known
+arm epollCtl fd tag (Interest ev trigger) known
   | ev == evtNothing =
       -- Disarm: a one-shot watch of nothing stays in the set, quiet.
       if known then ctl #{const EPOLL_CTL_MOD} >> return Armed else return Armed
@@ -127,7 +124,12 @@ arm epollCtl fd tag (Interest ev persistent) known
         return (if r' == 0 then Armed else failure r')
       else return (failure r)
   where
-    flags = toEPoll ev .|. (if persistent then 0 else #{const EPOLLONESHOT})
+    flags = toEPoll ev .|. case trigger of
+      Once -> #{const EPOLLONESHOT}
+      Level -> 0
+      -- A hang-up must reach an edge-triggered reader: it may come with
+      -- the data of its last read, and no edge follows it.
+      Edge -> #{const EPOLLET} .|. #{const EPOLLRDHUP}
     ctl op = epollCtl op fd flags (eventData fd tag)
     failure r
       | Errno (negate r) == ePERM = ArmUnsupported

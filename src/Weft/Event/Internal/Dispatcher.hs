@@ -52,12 +52,11 @@ newManager :: BackendKind -> Int -> IO Manager
 newManager kind cap = do
   backend <- newBackend kind
   ident <- addCounter managerIds 0 1
-  table <- FT.new $ \_ -> Slot <$> newMVar emptySlotState <*> newEmptyMVar <*> newEmptyMVar
-  watches <- FT.new $ \_ -> newIORef Nothing
+  table <- FT.new $ \_ -> Slot <$> newMVar () <*> newIORef emptySlotState <*> newEmptyMVar <*> newEmptyMVar
   counters <- newCounters nCounters
   timers <- W.new . W.nowTick =<< getMonotonicTimeNSec
   finished <- newEmptyMVar
-  let mgr = Manager ident cap backend table watches counters timers finished
+  let mgr = Manager ident cap backend table counters timers finished
   startDispatcher mgr
   return mgr
 

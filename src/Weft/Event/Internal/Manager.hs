@@ -1,6 +1,6 @@
 {-# LANGUAGE BangPatterns, MagicHash, UnboxedTuples #-}
 -- | What the parts of a manager share: the 'Manager' record and the
--- records it holds (fd slots, timers, edge-triggered watches), its
+-- records it holds (fd slots and their registrations, timers), its
 -- counters, and the few operations every part uses (waking the
 -- dispatcher, running guarded callbacks). Internal and unstable; the
 -- parts are "Weft.Event.Internal.Dispatcher" (the loop and the life
@@ -32,10 +32,9 @@ module Weft.Event.Internal.Manager
   , TimeoutCallback
   , TimeoutKey (..)
   , Watch (..)
-  , isWatchTag
     -- * Counters and dispatcher states
   , cState, cStop, cKeys, cInflight, cBlockingPolls, cPolls, cEvents, cWakeups
-  , cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cWatchTags, cSpins
+  , cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cSpins
   , cSpinHits, cSpinNanos, nCounters
   , sRunning, sBlocking, sWoken, sFinished
   , spinToken
@@ -45,6 +44,7 @@ module Weft.Event.Internal.Manager
   , stopped
   , managerStoppedError
   , runCallbacks
+  , runCallback
   , nextKey
   , fdInt
   , withLiveBackend
@@ -55,7 +55,6 @@ import Control.Concurrent.MVar
 import Control.Exception
 import Control.Monad
 import Data.IORef
-import Data.Word (Word32)
 import GHC.Exts (Addr#, traceEvent#)
 import GHC.IO (IO (..))
 import System.IO (hPutStrLn, stderr)
@@ -84,12 +83,28 @@ data FdKey = FdKey
   , keyUnique :: {-# UNPACK #-} !Int
   } deriving (Eq, Show)
 
+-- | What a registration does when its fd is reported (Note [One
+-- registration per fd] in "Weft.Event.Slot").
 data Target
-  = WakeCell !(MVar Event)   -- ^ a blocked 'waitOn'; filled under the slot lock
-  | RunCallback (Event -> IO ())  -- ^ a 'registerFd' callback; run after unlocking
+  = WakeCell !(MVar Event)
+    -- ^ A blocked 'waitOn' (one-shot); filled under the slot lock.
+  | RunCallback (Event -> IO ())
+    -- ^ A 'registerFd' callback (one-shot or level-triggered); run after
+    -- unlocking.
+  | PutTokens !(MVar ()) !(MVar ())
+    -- ^ An edge-triggered watch's read and write tokens; put by the
+    -- dispatcher without the lock (Note [Edge-triggered watches] in
+    -- "Weft.Event.Internal.Registry").
+  | Notify (Event -> IO ())
+    -- ^ An edge-triggered watch's callback; run by the dispatcher without
+    -- the lock.
 
+-- | One fd's registrations in one manager. The state is written only
+-- under the lock (with a barrier), and read without it by the dispatcher,
+-- which tells edge-triggered registrations lock-free.
 data Slot = Slot
-  { slotLock      :: !(MVar (SlotState Target))
+  { slotLock      :: !(MVar ())
+  , slotState     :: !(IORef (SlotState Target))
   , slotReadCell  :: !(MVar Event)
   , slotWriteCell :: !(MVar Event)
   }
@@ -111,7 +126,6 @@ data Manager = Manager
   , mgrCap      :: {-# UNPACK #-} !Int
   , mgrBackend  :: !Backend
   , mgrTable    :: !(FT.FdTable Slot)
-  , mgrWatches  :: !(FT.FdTable (IORef (Maybe Watch)))
   , mgrCounters :: !Counters
   , mgrTimers   :: !(W.Wheel TimerAction)
   , mgrFinished :: !(MVar ())
@@ -131,12 +145,12 @@ instance Ord TimeoutKey where
 
 -- Counter indices.
 cState, cStop, cKeys, cInflight, cBlockingPolls, cPolls, cEvents, cWakeups,
-  cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cWatchTags, cSpins,
+  cLive, cCallbackErrors, cArms, cTimersFired, cWatches, cSpins,
   cSpinHits, cSpinNanos, nCounters :: Int
 cState = 0; cStop = 1; cKeys = 2; cInflight = 3; cBlockingPolls = 4
 cPolls = 5; cEvents = 6; cWakeups = 7; cLive = 8; cCallbackErrors = 9
-cArms = 10; cTimersFired = 11; cWatches = 12; cWatchTags = 13; cSpins = 14
-cSpinHits = 15; cSpinNanos = 16; nCounters = 17
+cArms = 10; cTimersFired = 11; cWatches = 12; cSpins = 13
+cSpinHits = 14; cSpinNanos = 15; nCounters = 16
 
 -- Dispatcher states, Note [Dispatcher states].
 sRunning, sBlocking, sWoken, sFinished :: Int
@@ -152,23 +166,17 @@ spinToken = unsafePerformIO (newCounters 1)
 managerIds :: Counters
 managerIds = unsafePerformIO (newCounters 1)
 
--- | An fd registered once with a manager, edge-triggered for reads and
--- writes (Note [Edge-triggered watches] in "Weft.Event.Internal.Registry").
+-- | An edge-triggered registration of an fd, made once for the fd's life
+-- (Note [Edge-triggered watches] in "Weft.Event.Internal.Registry").
 data Watch = Watch
-  { watchTag      :: {-# UNPACK #-} !Word32
-  , watchedFd     :: {-# UNPACK #-} !Fd
+  { watchKey     :: {-# UNPACK #-} !Int
+  , watchedFd    :: {-# UNPACK #-} !Fd
     -- ^ The fd being watched.
-  , watchReadable :: !(MVar ())
-  , watchWritable :: !(MVar ())
-  , watchManager  :: !Manager
-  , watchNotify   :: !(Maybe (Event -> IO ()))
-    -- ^ Called by the dispatcher with each report instead of putting the
-    -- tokens ('watchFdNotify').
+  , watchSlot    :: !Slot
+  , watchTarget  :: !Target
+    -- ^ 'PutTokens' or 'Notify'.
+  , watchManager :: !Manager
   }
-
-isWatchTag :: Word32 -> Bool
-isWatchTag t = t >= 0x80000000
-{-# INLINE isWatchTag #-}
 
 ------------------------------------------------------------------------------
 -- Shared operations
@@ -195,14 +203,17 @@ stopped mgr = (/= 0) <$> readCounter (mgrCounters mgr) cStop
 managerStoppedError :: String -> IOError
 managerStoppedError = managerShutDown
 
--- | Run callbacks, each guarded: an exception is reported and counted.
+-- | Run callbacks, each guarded ('runCallback').
 runCallbacks :: Manager -> [IO ()] -> IO ()
-runCallbacks mgr = mapM_ guarded
-  where
-    guarded act = act `catch` \e -> do
-      _ <- addCounter (mgrCounters mgr) cCallbackErrors 1
-      hPutStrLn stderr ("weft: a callback threw an exception (the dispatcher "
-                        ++ "carries on): " ++ show (e :: SomeException))
+runCallbacks mgr = mapM_ (runCallback mgr)
+
+-- | Run a callback on the dispatcher, guarded: an exception is reported
+-- and counted, and the dispatcher carries on.
+runCallback :: Manager -> IO () -> IO ()
+runCallback mgr act = act `catch` \e -> do
+  _ <- addCounter (mgrCounters mgr) cCallbackErrors 1
+  hPutStrLn stderr ("weft: a callback threw an exception (the dispatcher "
+                    ++ "carries on): " ++ show (e :: SomeException))
 
 -- | A number this manager never returned before (one atomic add).
 nextKey :: Manager -> IO Int

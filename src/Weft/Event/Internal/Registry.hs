@@ -1,9 +1,10 @@
 {-# LANGUAGE BangPatterns #-}
--- | A manager's fd registrations: one-shot and multi-shot registrations
--- and the waits built on them, kept per fd in a slot and armed on the
--- backend; edge-triggered watches; closing watched fds; and the
--- dispatcher's handler for what the backend reports. Internal and
--- unstable ("Weft.Event.Manager" is the façade).
+-- | A manager's fd registrations, one slot per fd holding all of them
+-- (Note [One registration per fd] in "Weft.Event.Slot"): one-shot waits,
+-- callbacks, edge-triggered watches; arming the slot on the backend;
+-- closing registered fds; and the dispatcher's handler for what the
+-- backend reports. Internal and unstable ("Weft.Event.Manager" is the
+-- façade).
 --
 -- Note [Reusable wait cells]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -26,7 +27,9 @@
 -- a new waiter came): that event describes a readiness that may be gone, so
 -- it is dropped. Nothing is lost: the re-arm itself makes the kernel check
 -- readiness again and report it under the new tag. 'closeSlot' bumps the tag
--- too, which also silences events of a dup'ed, closed fd still in the set.
+-- too, which also silences events of a dup'ed, closed fd still in the set,
+-- and events harvested for a socket that was then closed, and whose fd
+-- number was reused by a new one (Go's fdseq).
 --
 -- Note [Fds closed behind weft's back]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -62,7 +65,7 @@ import Control.Concurrent.STM
 import Control.Exception
 import Control.Monad
 import Data.IORef
-import Data.Bits ((.&.), (.|.))
+import Data.Word (Word32)
 import Foreign.C.Error (Errno, eBADF, ePERM, errnoToIOError)
 import System.Posix.Types (Fd (..))
 
@@ -71,59 +74,107 @@ import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Event.Slot
 import Weft.Internal.Counters
+import Weft.Internal.Error (invalidArgument)
+
+------------------------------------------------------------------------------
+-- Slot locking
+
+-- | Take the slot's lock and read its state. The caller is masked.
+lockSlot :: Slot -> IO (SlotState Target)
+lockSlot slot = takeMVar (slotLock slot) >> readIORef (slotState slot)
+{-# INLINE lockSlot #-}
+
+-- | Publish the state (with a barrier: the dispatcher reads it without the
+-- lock) and release the lock.
+unlockSlot :: Slot -> SlotState Target -> IO ()
+unlockSlot slot st = atomicWriteIORef (slotState slot) st >> putMVar (slotLock slot) ()
+{-# INLINE unlockSlot #-}
+
+-- | Release the lock, the state unchanged.
+releaseSlot :: Slot -> IO ()
+releaseSlot slot = putMVar (slotLock slot) ()
+{-# INLINE releaseSlot #-}
+
+-- | Change the slot under its lock, masked; the lock is released if the
+-- change throws.
+withSlot :: Slot -> (SlotState Target -> IO (SlotState Target, a)) -> IO a
+withSlot slot change = mask_ $ do
+  st <- lockSlot slot
+  (st', a) <- change st `onException` releaseSlot slot
+  unlockSlot slot st'
+  return a
 
 ------------------------------------------------------------------------------
 -- Events from the backend
 
--- | The backend's handler: apply one reported event to its watch or slot.
+-- | The backend's handler: apply one reported event to its slot. A report
+-- of the edge-triggered arm goes to the edge-triggered registrations
+-- without the lock; the lock is taken only if another registration wants
+-- it (Note [One registration per fd] in "Weft.Event.Slot"), or if the
+-- state read shows another tag: the report may come from an arm whose
+-- state is not published yet, and the lock waits for it.
 onEvent :: Manager -> EventHandler
-onEvent mgr fd tag ev
-  | isWatchTag tag = do
-      found <- FT.lookup (mgrWatches mgr) (fdInt fd)
-      case found of
-        Nothing -> return ()
-        Just ref -> do
-          current <- readIORef ref
-          case current of
-            -- Note [Edge-triggered watches]: a tag of an ended watch is stale.
-            Just w | watchTag w == tag -> case watchNotify w of
-              Nothing -> do
-                when (ev `eventIs` evtRead) $ void (tryPutMVar (watchReadable w) ())
-                when (ev `eventIs` evtWrite) $ void (tryPutMVar (watchWritable w) ())
-              Just notify -> runCallbacks mgr [notify ev]
-            _ -> return ()
-  | otherwise = do
+onEvent mgr fd tag ev = do
   found <- FT.lookup (mgrTable mgr) (fdInt fd)
   case found of
     Nothing -> return ()
     Just slot -> do
-      -- The dispatcher runs masked, and holds the lock only for pure steps,
-      -- a backend arm and non-blocking cell fills: a plain take/put is safe.
-      st <- takeMVar (slotLock slot)
-      if ssTag st /= tag then putMVar (slotLock slot) st else do
-        let (fired, st1) = fireSlot ev st
-        (st2, callbacks, _) <- settleSlot mgr fd Nothing st (map (\r -> (r, ev)) fired) st1
-        putMVar (slotLock slot) st2
-        runCallbacks mgr callbacks
+      st <- readIORef (slotState slot)
+      if ssTag st == tag && interestTrigger (ssArmed st) == Edge
+        then do
+          others <- tellEdges (ssRegs st) False
+          when others (fireLocked mgr fd slot tag ev False)
+        else fireLocked mgr fd slot tag ev True
+  where
+    tellEdges [] !others = return others
+    tellEdges (r : rest) !others = case regTarget r of
+      PutTokens readable writable -> do
+        putTokens ev readable writable
+        tellEdges rest others
+      Notify notify -> runCallback mgr (notify ev) >> tellEdges rest others
+      _ -> tellEdges rest (others || regEvents r `eventIs` ev)
 
--- | At shutdown: complete every registration with 'evtClose' (its waiter
--- fails, its callback sees the close) and end every watch (its blocked
--- threads wake and throw).
+putTokens :: Event -> MVar () -> MVar () -> IO ()
+putTokens ev readable writable = do
+  when (ev `eventIs` evtRead) $ void (tryPutMVar readable ())
+  when (ev `eventIs` evtWrite) $ void (tryPutMVar writable ())
+{-# INLINE putTokens #-}
+
+-- | Fire the registrations the event is for, under the slot's lock, and
+-- the edge-triggered ones too if asked (their callbacks run after
+-- unlocking). Does nothing if the event's tag is stale (Note [Arm
+-- generations]). The dispatcher runs masked, and holds the lock only for
+-- pure steps, a backend arm and non-blocking cell fills.
+fireLocked :: Manager -> Fd -> Slot -> Word32 -> Event -> Bool -> IO ()
+fireLocked mgr fd slot tag ev withEdges = do
+  st <- lockSlot slot
+  if ssTag st /= tag then releaseSlot slot else do
+    notified <- if withEdges && interestTrigger (ssArmed st) == Edge
+      then fmap concat . forM (ssRegs st) $ \r -> case regTarget r of
+        PutTokens readable writable -> [] <$ putTokens ev readable writable
+        Notify notify -> return [notify ev]
+        _ -> return []
+      else return []
+    let (fired, st1) = fireSlot ev st
+        -- A level-triggered registration served by an edge-triggered arm
+        -- fires again on the next poll only if the fd is checked again.
+        recheck = interestTrigger (ssArmed st1) == Edge && any ((== Level) . regTrigger) fired
+    (st2, callbacks, _) <- settleSlot mgr fd Nothing recheck st (map (\r -> (r, ev)) fired) st1
+    unlockSlot slot st2
+    runCallbacks mgr (notified ++ callbacks)
+
+-- | At shutdown: complete every registration with 'evtClose' (a waiter
+-- fails, a callback sees the close, a watch's blocked threads wake and
+-- throw).
 endRegistrations :: Manager -> IO ()
 endRegistrations mgr = do
   slots <- FT.elems (mgrTable mgr)
   forM_ slots $ \(fd, slot) -> do
-    callbacks <- modifyMVarMasked (slotLock slot) $ \st -> do
+    callbacks <- withSlot slot $ \st -> do
       let (regs, st') = closeSlot st
-      (st'', cbs, _) <- settleSlot mgr (Fd (fromIntegral fd)) Nothing st [ (r, evtClose) | r <- regs ] st'
+      (st'', cbs, _) <- settleSlot mgr (Fd (fromIntegral fd)) Nothing False st [ (r, evtClose) | r <- regs ] st'
       return (st'', cbs)
     runCallbacks mgr callbacks
-  watches <- FT.elems (mgrWatches mgr)
-  forM_ watches $ \(_, ref) -> do
-    found <- atomicModifyIORef' ref (\w -> (Nothing, w))
-    forM_ found $ \w -> do
-      _ <- addCounter (mgrCounters mgr) cWatches (-1)
-      wakeWatchers w
 
 ------------------------------------------------------------------------------
 -- Arming
@@ -134,14 +185,17 @@ data Fresh = FreshArmed | FreshReady | FreshFailed !Errno
 -- | Bring the backend in line with the slot's registrations. Returns the new
 -- state, the registrations that must be completed (with the event to complete
 -- them with) because they can no longer be watched, and the fate of the
--- registration with the given key, if one is being added.
-syncArm :: Manager -> Fd -> Maybe Int -> SlotState Target
+-- registration with the given key, if one is being added. @recheck@ arms
+-- even if the armed interest is the wanted one, so that the kernel checks
+-- the fd's readiness again.
+syncArm :: Manager -> Fd -> Maybe Int -> Bool -> SlotState Target
         -> IO (SlotState Target, [(Reg Target, Event)], Fresh)
-syncArm mgr fd fresh st
-  -- A new registration always arms, even if the watch seems to cover it:
-  -- the arm is what finds an fd closed behind weft's back (Note [Fds closed
-  -- behind weft's back]). Only the dispatcher and cancellations skip it.
-  | Nothing <- fresh, not (needsArm want (ssArmed st)) = return (st, [], FreshArmed)
+syncArm mgr fd fresh recheck st
+  -- A new registration always arms, even if the armed interest seems to
+  -- cover it: the arm is what finds an fd closed behind weft's back (Note
+  -- [Fds closed behind weft's back]), and what reports an fd that is ready
+  -- already to an edge-triggered arm (Note [One registration per fd]).
+  | Nothing <- fresh, not recheck, not (needsArm want (ssArmed st)) = return (st, [], FreshArmed)
   | otherwise = do
       _ <- addCounter (mgrCounters mgr) cArms 1
       -- Note [Arm generations]
@@ -152,12 +206,12 @@ syncArm mgr fd fresh st
         ArmedAfterVanish -> do
           -- Note [Fds closed behind weft's back]
           let (mine, orphans) = span isFresh (ssRegs st')
-          (st'', more, outcome) <- syncArm mgr fd Nothing (armedWith want st') { ssRegs = mine }
+          (st'', more, outcome) <- syncArm mgr fd Nothing False (armedWith want st') { ssRegs = mine }
           return (st'', [ (o, evtClose) | o <- orphans ] ++ more, outcome)
         ArmUnsupported ->
           -- Always ready (a regular file): one-shots complete now.
           return ( clear st'
-                 , [ (o, if regLifetime o == OneShot then regEvents o else evtClose) | o <- others ]
+                 , [ (o, if regTrigger o == Once then regEvents o else evtClose) | o <- others ]
                  , FreshReady )
         ArmFailed err -> return (clear st', [ (o, evtClose) | o <- others ], FreshFailed err)
   where
@@ -172,34 +226,43 @@ syncArm mgr fd fresh st
 -- state to store, the callbacks to run once unlocked, and the fate of the
 -- registration being added, if any. A backend that only sees arms after a
 -- wakeup (poll) gets one here, whatever path armed.
-settleSlot :: Manager -> Fd -> Maybe Int -> SlotState Target
+settleSlot :: Manager -> Fd -> Maybe Int -> Bool -> SlotState Target
            -> [(Reg Target, Event)] -> SlotState Target
            -> IO (SlotState Target, [IO ()], Fresh)
-settleSlot mgr fd fresh before completed st = do
-  (st', failed, outcome) <- syncArm mgr fd fresh st
+settleSlot mgr fd fresh recheck before completed st = do
+  (st', failed, outcome) <- syncArm mgr fd fresh recheck st
   callbacks <- completeAll mgr (completed ++ failed)
   adjustLive mgr before st'
   when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
   return (st', callbacks, outcome)
 
--- | Complete registrations: fill wait cells now (the caller holds the slot
--- lock, Note [Reusable wait cells]) and return the callbacks to run after
--- unlocking.
+-- | Complete registrations: fill wait cells and put tokens now (the caller
+-- holds the slot lock, Note [Reusable wait cells]) and return the
+-- callbacks to run after unlocking. A watch is completed only when it
+-- ends: both its tokens are put, so that its blocked threads retry.
 completeAll :: Manager -> [(Reg Target, Event)] -> IO [IO ()]
 completeAll _ [] = return []
 completeAll mgr ((reg, ev) : rest) = case regTarget reg of
   WakeCell cell -> do
     _ <- tryPutMVar cell ev
     completeAll mgr rest
-  RunCallback cb -> do
-    more <- completeAll mgr rest
-    return (cb ev : more)
+  PutTokens readable writable -> do
+    _ <- tryPutMVar readable ()
+    _ <- tryPutMVar writable ()
+    completeAll mgr rest
+  RunCallback cb -> (cb ev :) <$> completeAll mgr rest
+  Notify notify -> (notify ev :) <$> completeAll mgr rest
 
-
+-- | Count the change in live registrations: watches ('cWatches') apart
+-- from the others ('cLive').
 adjustLive :: Manager -> SlotState t -> SlotState t -> IO ()
-adjustLive mgr before after =
-  let d = length (ssRegs after) - length (ssRegs before)
-  in when (d /= 0) $ void (addCounter (mgrCounters mgr) cLive d)
+adjustLive mgr before after = do
+  let (e0, n0) = kinds (ssRegs before)
+      (e1, n1) = kinds (ssRegs after)
+  when (n1 /= n0) $ void (addCounter (mgrCounters mgr) cLive (n1 - n0))
+  when (e1 /= e0) $ void (addCounter (mgrCounters mgr) cWatches (e1 - e0))
+  where
+    kinds = foldr (\r (!e, !n) -> if isEdgeReg r then (e + 1, n) else (e, n + 1)) (0 :: Int, 0 :: Int)
 {-# INLINE adjustLive #-}
 
 ------------------------------------------------------------------------------
@@ -216,7 +279,7 @@ closedFdError loc = errnoToIOError loc eBADF Nothing Nothing
 -- wait and leave no registration behind.
 waitOn :: Manager -> Event -> Fd -> IO ()
 waitOn mgr ev fd = mask_ $ do
-  (slot, key, cell, fresh) <- register "threadWait" mgr fd ev OneShot $ \slot st _ -> do
+  (slot, key, cell, fresh) <- register "threadWait" mgr fd ev Once $ \slot st _ -> do
     cell <- chooseCell slot ev st
     return (WakeCell cell, cell)
   case fresh of
@@ -231,18 +294,20 @@ waitOn mgr ev fd = mask_ $ do
 -- | Add a registration, whose target @makeTarget@ makes from the slot, its
 -- state and the key, and arm the fd. Runs masked. Throws an 'IOError' if
 -- the manager was shut down.
-register :: String -> Manager -> Fd -> Event -> Lifetime
+register :: String -> Manager -> Fd -> Event -> Trigger
          -> (Slot -> SlotState Target -> Int -> IO (Target, a))
          -> IO (Slot, Int, a, Fresh)
-register loc mgr fd ev lifetime makeTarget = do
+register loc mgr fd ev trigger makeTarget = do
   slot <- FT.lookupOrCreate (mgrTable mgr) (fdInt fd)
   key <- nextKey mgr
-  st <- takeMVar (slotLock slot)
+  st <- lockSlot slot
+  -- Checked under the lock, which 'endRegistrations' takes after the stop
+  -- flag is set: a registration is refused, or ended by the shutdown.
   halt <- stopped mgr
-  when halt $ putMVar (slotLock slot) st >> throwIO (managerStoppedError loc)
+  when halt $ releaseSlot slot >> throwIO (managerStoppedError loc)
   (target, extra) <- makeTarget slot st key
-  (st1, callbacks, fresh) <- settleSlot mgr fd (Just key) st [] (addReg (Reg key ev lifetime target) st)
-  putMVar (slotLock slot) st1
+  (st1, callbacks, fresh) <- settleSlot mgr fd (Just key) False st [] (addReg (Reg key ev trigger target) st)
+  unlockSlot slot st1
   runCallbacks mgr callbacks
   return (slot, key, extra, fresh)
 {-# INLINE register #-}
@@ -259,19 +324,18 @@ chooseCell slot ev st
       if empty && not (any (usesCell cell) (ssRegs st)) then return cell else newEmptyMVar
     usesCell cell reg = case regTarget reg of
       WakeCell c -> c == cell
-      RunCallback _ -> False
+      _ -> False
 
 cancelWait :: Manager -> Fd -> Slot -> Int -> MVar Event -> IO ()
 cancelWait mgr fd slot key cell = uninterruptibleMask_ $ do
-  st <- takeMVar (slotLock slot)
-  case removeReg key st of
+  callbacks <- withSlot slot $ \st -> case removeReg key st of
     (Just _, st0) -> do
-      (st1, callbacks, _) <- settleSlot mgr fd Nothing st [] st0 `onException` putMVar (slotLock slot) st
-      putMVar (slotLock slot) st1
-      runCallbacks mgr callbacks
+      (st1, cbs, _) <- settleSlot mgr fd Nothing False st [] st0
+      return (st1, cbs)
     (Nothing, _) -> do
       _ <- tryTakeMVar cell
-      putMVar (slotLock slot) st
+      return (st, [])
+  runCallbacks mgr callbacks
 
 -- | Like 'waitOn', but returns at once: an STM action that retries until the
 -- fd is ready (and throws the 'IOError' 'waitOn' would), and an action that
@@ -289,14 +353,16 @@ waitSTMOn mgr ev fd = do
 
 -- | Register a callback for events on an fd. 'OneShot' registrations fire
 -- once; 'MultiShot' ones are level-triggered and fire after every poll that
--- finds the fd ready, until 'unregisterFd'. Any number of registrations, and
--- waits, may share an fd. The callback runs on the dispatcher thread (see
+-- finds the fd ready, until 'unregisterFd'. Any number of registrations,
+-- waits and watches may share an fd (Note [One registration per fd] in
+-- "Weft.Event.Slot"). The callback runs on the dispatcher thread (see
 -- 'IOCallback'); it receives 'evtClose' if the fd is closed through weft.
 -- Throws an 'IOError' if the fd cannot be watched: @EBADF@ for an invalid fd,
 -- @EPERM@ for a regular file under epoll.
 registerFd :: Manager -> IOCallback -> Fd -> Event -> Lifetime -> IO FdKey
 registerFd mgr cb fd ev lifetime = mask_ $ do
-  (_, key, (), fresh) <- register "registerFd" mgr fd ev lifetime $ \_ _ key ->
+  let trigger = case lifetime of OneShot -> Once; MultiShot -> Level
+  (_, key, (), fresh) <- register "registerFd" mgr fd ev trigger $ \_ _ key ->
     return (RunCallback (cb (FdKey fd key)), ())
   case fresh of
     FreshArmed -> return (FdKey fd key)
@@ -310,25 +376,28 @@ unregisterFd mgr k = void (unregisterFd_ mgr k)
 
 -- | 'unregisterFd', returning whether the registration was still there.
 unregisterFd_ :: Manager -> FdKey -> IO Bool
-unregisterFd_ mgr (FdKey fd key) = mask_ $ do
+unregisterFd_ mgr (FdKey fd key) = do
   found <- FT.lookup (mgrTable mgr) (fdInt fd)
-  case found of
-    Nothing -> return False
-    Just slot -> do
-      (removed, callbacks) <- modifyMVarMasked (slotLock slot) $ \st ->
-        case removeReg key st of
-          (Nothing, _) -> return (st, (False, []))
-          (Just _, st0) -> do
-            (st1, cbs, _) <- settleSlot mgr fd Nothing st [] st0
-            return (st1, (True, cbs))
-      runCallbacks mgr callbacks
-      return removed
+  maybe (return False) (\slot -> removeRegistration mgr fd slot key) found
 
--- | Close an fd watched by these managers: drop it from each one's interest
--- set, run the close action, then fail every waiter on it with an 'IOError'
--- and give every callback 'evtClose'. The fd's slots stay locked while the
--- action runs, so no wait can slip in between. If the action throws, nothing
--- is failed and the exception propagates.
+-- | Take a registration out of its slot and re-arm for the rest; returns
+-- whether it was still there.
+removeRegistration :: Manager -> Fd -> Slot -> Int -> IO Bool
+removeRegistration mgr fd slot key = mask_ $ do
+  (removed, callbacks) <- withSlot slot $ \st -> case removeReg key st of
+    (Nothing, _) -> return (st, (False, []))
+    (Just _, st0) -> do
+      (st1, cbs, _) <- settleSlot mgr fd Nothing False st [] st0
+      return (st1, (True, cbs))
+  runCallbacks mgr callbacks
+  return removed
+
+-- | Close an fd registered with these managers: drop it from each one's
+-- interest set, run the close action, then fail every waiter on it with an
+-- 'IOError', give every callback 'evtClose' and end every watch (its
+-- blocked threads wake and retry). The fd's slots stay locked while the
+-- action runs, so no registration can slip in between. If the action
+-- throws, nothing is ended and the exception propagates.
 closeFdOn :: [Manager] -> (Fd -> IO ()) -> Fd -> IO ()
 closeFdOn mgrs close fd = mask_ $ do
   slots <- fmap concat . forM mgrs $ \m ->
@@ -336,8 +405,8 @@ closeFdOn mgrs close fd = mask_ $ do
   states <- lockAll slots
   -- If the close action throws, the fd stays open: re-arm what was removed.
   let restore = forM_ (zip slots states) $ \((m, s), st) -> do
-        (st', cbs, _) <- settleSlot m fd Nothing st [] st { ssArmed = noInterest, ssKnown = False }
-        putMVar (slotLock s) st'
+        (st', cbs, _) <- settleSlot m fd Nothing False st [] st { ssArmed = noInterest, ssKnown = False }
+        unlockSlot s st'
         runCallbacks m cbs
   (`onException` restore) $ do
     forM_ (zip slots states) $ \((m, _), st) ->
@@ -345,15 +414,15 @@ closeFdOn mgrs close fd = mask_ $ do
     close fd
   callbacks <- forM (zip slots states) $ \((m, s), st) -> do
     let (regs, st') = closeSlot st
-    (st'', cbs, _) <- settleSlot m fd Nothing st [ (r, evtClose) | r <- regs ] st'
-    putMVar (slotLock s) st''
+    (st'', cbs, _) <- settleSlot m fd Nothing False st [ (r, evtClose) | r <- regs ] st'
+    unlockSlot s st''
     return (m, cbs)
   mapM_ (uncurry runCallbacks) callbacks
   where
     lockAll [] = return []
     lockAll ((_, s) : rest) = do
-      st <- takeMVar (slotLock s)
-      sts <- lockAll rest `onException` putMVar (slotLock s) st
+      st <- lockSlot s
+      sts <- lockAll rest `onException` releaseSlot s
       return (st : sts)
 
 ------------------------------------------------------------------------------
@@ -369,82 +438,72 @@ closeFdOn mgrs close fd = mask_ $ do
 -- retries the syscall. A token put before the take (data came between the
 -- @EAGAIN@ and the take) makes the take return at once, so no edge is lost.
 -- A token left over from an edge that a syscall already consumed costs one
--- extra @EAGAIN@ and nothing else. The edge that an fd already ready at
--- registration needs is given by @EPOLL_CTL_ADD@, which reports readiness
--- at once.
+-- extra @EAGAIN@ and nothing else; so does a report caused by another
+-- registration's arm (Note [One registration per fd] in "Weft.Event.Slot").
+-- The edge that an fd already ready at registration needs is given by the
+-- arm, which reports readiness at once.
 --
--- Each watch has its own tag, with the top bit set (slot tags keep it
--- clear, 'nextSlotTag'), carried in the event data. The dispatcher acts on
--- an event only if the watch now stored for the fd has that tag, so an
--- event harvested for a socket that was then closed, and whose fd number
--- was reused by a new socket, never wakes the new socket's threads (Go's
--- fdseq). Ending a watch puts both tokens, so blocked threads retry and
--- find the socket closed; at shutdown they are woken too, and the await
--- throws.
+-- Ending a watch puts both tokens, so blocked threads retry and find the
+-- socket closed; at shutdown they are woken too, and the await throws.
 
 -- | Register an fd with the manager, edge-triggered, once for its whole
 -- life, for use with 'awaitReadable' and 'awaitWritable'. Returns 'Nothing'
 -- if the backend has no edge-triggered readiness (poll): use 'waitOn' then.
 -- Throws an 'IOError' if the fd cannot be watched (@EBADF@; @EPERM@ for a
--- regular file; @EEXIST@ if it is already in the manager's interest set) or
--- the manager was shut down. The fd must not also be given to 'waitOn' or
--- 'registerFd' on the same manager, and must be unwatched with 'unwatchFd'
--- before it is closed.
+-- regular file) or the manager was shut down. Other registrations and
+-- watches of the fd work beside it. End it with 'unwatchFd', or close the
+-- fd with 'closeFdOn', which ends it.
 watchFd :: Manager -> Fd -> IO (Maybe Watch)
-watchFd mgr fd = newWatch mgr fd Nothing
+watchFd mgr fd = newWatch mgr fd (PutTokens <$> newEmptyMVar <*> newEmptyMVar)
 
 -- | Like 'watchFd', but each report goes to the callback, on the
--- dispatcher's thread, instead of to the tokens: 'awaitReadable' and
+-- dispatcher's thread, instead of to tokens: 'awaitReadable' and
 -- 'awaitWritable' are not for such a watch. The callback gets every edge
 -- (a report may carry both directions, and a direction that was already
 -- ready), must not block, and is guarded: an exception it throws is
--- reported and counted, and the dispatcher carries on. A report the
--- dispatcher harvested before 'unwatchFd' may still reach the callback
--- just after it returns, so what the callback acts on must tolerate a late
--- call (a closed connection ignoring it); a later watch of the same fd
--- number never gets the old watch's reports (its tag differs).
+-- reported and counted, and the dispatcher carries on. It gets 'evtClose'
+-- when the fd is closed through weft. A report the dispatcher harvested
+-- before 'unwatchFd' may still reach the callback just after it returns,
+-- so what the callback acts on must tolerate a late call (a closed
+-- connection ignoring it); a later registration of the same fd number
+-- never gets the old one's reports (Note [Arm generations]).
 watchFdNotify :: Manager -> Fd -> (Event -> IO ()) -> IO (Maybe Watch)
-watchFdNotify mgr fd notify = newWatch mgr fd (Just notify)
+watchFdNotify mgr fd notify = newWatch mgr fd (return (Notify notify))
 
-newWatch :: Manager -> Fd -> Maybe (Event -> IO ()) -> IO (Maybe Watch)
-newWatch mgr fd notify = case backendWatch (mgrBackend mgr) of
-  Nothing -> return Nothing
-  Just add -> mask_ $ do
-    ref <- FT.lookupOrCreate (mgrWatches mgr) (fdInt fd)
-    n <- addCounter (mgrCounters mgr) cWatchTags 1
-    -- Top bit set; 0xffffffff stays free for the epoll wakeup fd.
-    let tag = 0x80000000 .|. (fromIntegral n .&. 0x7ffffffe)
-    w <- Watch tag fd <$> newEmptyMVar <*> newEmptyMVar <*> pure mgr <*> pure notify
-    -- Published before the add, so the first report finds it.
-    atomicWriteIORef ref (Just w)
-    failed <- add fd tag
-    case failed of
-      Just err -> do
-        atomicWriteIORef ref Nothing
-        throwIO (errnoToIOError "weft: watchFd" err Nothing (Just (show fd)))
-      Nothing -> do
-        _ <- addCounter (mgrCounters mgr) cWatches 1
-        -- Checked after publishing: a shutdown that began before has set
-        -- the stop flag, and one that begins after will end this watch.
-        halt <- stopped mgr
-        when halt $ do
-          unwatchFd w
-          throwIO (managerStoppedError "watchFd")
-        return (Just w)
+newWatch :: Manager -> Fd -> IO Target -> IO (Maybe Watch)
+newWatch mgr fd makeTarget
+  | not (backendEdges (mgrBackend mgr)) = return Nothing
+  | otherwise = mask_ $ do
+      (slot, key, target, fresh) <- register "watchFd" mgr fd (evtRead <> evtWrite) Edge $ \_ _ _ -> do
+        t <- makeTarget
+        return (t, t)
+      case fresh of
+        FreshArmed -> return (Just (Watch key fd slot target mgr))
+        FreshReady -> throwIO (errnoToIOError "watchFd (a regular file cannot be watched)"
+                                 ePERM Nothing (Just (show fd)))
+        FreshFailed err -> throwIO (errnoToIOError "watchFd" err Nothing (Just (show fd)))
 
 -- | Block until the watched fd may have become readable since the last
 -- 'awaitReadable' returned, or the watch ended: then retry the syscall that
 -- said @EAGAIN@. Returns at once if that happened meanwhile. Throws an
--- 'IOError' if the manager was shut down. Async exceptions interrupt it and
+-- 'IOError' if the manager was shut down, or (@InvalidArgument@) if the
+-- watch was made by 'watchFdNotify'. Async exceptions interrupt it and
 -- leave nothing behind.
 awaitReadable :: Watch -> IO ()
-awaitReadable w = awaitToken w (watchReadable w)
+awaitReadable w = case watchTarget w of
+  PutTokens readable _ -> awaitToken w readable
+  _ -> throwIO (noTokens "awaitReadable")
 {-# INLINE awaitReadable #-}
 
 -- | 'awaitReadable' for writability.
 awaitWritable :: Watch -> IO ()
-awaitWritable w = awaitToken w (watchWritable w)
+awaitWritable w = case watchTarget w of
+  PutTokens _ writable -> awaitToken w writable
+  _ -> throwIO (noTokens "awaitWritable")
 {-# INLINE awaitWritable #-}
+
+noTokens :: String -> IOError
+noTokens loc = invalidArgument loc "a watch made by watchFdNotify has no readiness tokens"
 
 awaitToken :: Watch -> MVar () -> IO ()
 awaitToken w token = do
@@ -456,24 +515,14 @@ awaitToken w token = do
     throwIO (managerStoppedError "await")
 {-# INLINE awaitToken #-}
 
--- | End a watch: drop the fd from the interest set and wake the threads
--- blocked on it, whose awaits return. Idempotent. Call it before closing
--- the fd.
+-- | End a watch: take it out of the fd's registrations (the fd is re-armed
+-- for the others, if any) and wake the threads blocked on it, whose awaits
+-- return. Idempotent; a watch ended by 'closeFdOn' is left alone.
 unwatchFd :: Watch -> IO ()
 unwatchFd w = mask_ $ do
-  let mgr = watchManager w
-  found <- FT.lookup (mgrWatches mgr) (fdInt (watchedFd w))
-  ended <- case found of
-    Nothing -> return False
-    Just ref -> atomicModifyIORef' ref $ \cur -> case cur of
-      Just v | watchTag v == watchTag w -> (Nothing, True)
-      _ -> (cur, False)
-  when ended $ do
-    withLiveBackend mgr (backendForget (mgrBackend mgr) (watchedFd w))
-    void (addCounter (mgrCounters mgr) cWatches (-1))
-  wakeWatchers w
-
-wakeWatchers :: Watch -> IO ()
-wakeWatchers w = do
-  _ <- tryPutMVar (watchReadable w) ()
-  void (tryPutMVar (watchWritable w) ())
+  _ <- removeRegistration (watchManager w) (watchedFd w) (watchSlot w) (watchKey w)
+  case watchTarget w of
+    PutTokens readable writable -> do
+      _ <- tryPutMVar readable ()
+      void (tryPutMVar writable ())
+    _ -> return ()

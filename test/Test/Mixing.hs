@@ -1,0 +1,124 @@
+{-# LANGUAGE ScopedTypeVariables #-}
+-- | One fd, two users on one manager: every pair of a 'Weft.threadWaitRead',
+-- a "Weft.Net" socket's own recv, a "Weft.Color" watch and a
+-- 'Weft.Event.registerFd' callback works together (Note [One registration
+-- per fd] in "Weft.Event.Slot"), and closing the socket ends both.
+module Test.Mixing (spec) where
+
+import Control.Concurrent
+import Control.Exception
+import Control.Monad
+import qualified Data.ByteString.Char8 as BC
+import Test.Hspec
+
+import Support
+import Test.Net (liveWatches, withPair)
+import qualified Weft
+import qualified Weft.Color as Color
+import qualified Weft.Event as E
+import qualified Weft.Net as W
+
+-- | The users of a socket's fd.
+data User = ThreadWait | NetRecv | ColorWatch | Callback
+  deriving (Eq, Show, Enum, Bounded)
+
+-- | What a user saw: readiness, the bytes it read, a close, or an error.
+data Seen = Ready | Read String | Closed | Failed SomeException
+
+instance Show Seen where
+  show Ready = "Ready"
+  show (Read s) = "Read " ++ show s
+  show Closed = "Closed"
+  show (Failed e) = "Failed (" ++ show e ++ ")"
+
+-- | Everything runs on capability 0, so that all users share its manager.
+cap :: Int
+cap = 0
+
+-- | Start a user of the server socket on capability 0; returns its
+-- outcome, and how it adds to the live registrations and watches.
+start :: Color.Runtime -> W.Socket -> User -> IO (MVar Seen, (Int, Int))
+start rt srv user = do
+  seen <- newEmptyMVar
+  let report = void . tryPutMVar seen
+      failed e = report (if isBadFd (Left e :: Either SomeException ()) then Closed else Failed e)
+      onCap act = do
+        done <- newEmptyMVar
+        _ <- forkOn cap ((act >> putMVar done Nothing) `catch` \(e :: SomeException) -> putMVar done (Just e))
+        maybe (return ()) throwIO =<< takeMVar done
+  case user of
+    ThreadWait -> do
+      _ <- forkOn cap ((Weft.threadWaitRead (W.socketFd srv) >> report Ready) `catch` failed)
+      return (seen, (1, 0))
+    NetRecv -> do
+      _ <- forkOn cap ((W.recv srv 10 >>= report . Read . BC.unpack) `catch` failed)
+      return (seen, (0, 1))
+    ColorWatch -> do
+      onCap $ do
+        fw <- Color.watchFd rt (W.socketFd srv) 0 (Color.handler "read", report Ready)
+                (Color.handler "write", return ())
+        Color.rearmRead fw
+      return (seen, (0, 1))
+    Callback -> do
+      onCap $ do
+        mgr <- E.getSystemManager
+        void $ E.registerFd mgr (\_ ev -> report (if ev `E.eventIs` E.evtClose then Closed else Ready))
+                 (W.socketFd srv) E.evtRead E.OneShot
+      return (seen, (1, 0))
+
+counts :: IO (Int, Int)
+counts = (,) <$> liveRegistrations <*> liveWatches
+
+-- | The poll backend has no edge-triggered watches: a Color watch and a
+-- socket's waits are one-shot registrations there.
+expectedCounts :: E.BackendKind -> (Int, Int) -> (Int, Int)
+expectedCounts E.PollBackend (l, w) = (l + w, 0)
+expectedCounts _ c = c
+
+-- | Set up both users, one after the other, each registered before the
+-- next starts; run the body with their outcomes.
+withUsers :: E.BackendKind -> (User, User) -> (W.Socket -> W.Socket -> (MVar Seen, MVar Seen) -> (Int, Int) -> IO ())
+          -> IO ()
+withUsers kind (a, b) body = do
+  rt <- Color.newRuntime Color.defaultConfig
+  (`finally` Color.shutdown rt) $ withPair $ \(c, srv) -> do
+    base <- counts
+    (sa, ca) <- start rt srv a
+    let (l1, w1) = expectedCounts kind ca
+    eventually (show a ++ " registered") ((== (fst base + l1, snd base + w1)) <$> counts)
+    (sb, cb) <- start rt srv b
+    let (l2, w2) = expectedCounts kind cb
+    eventually (show b ++ " registered") ((== (fst base + l1 + l2, snd base + w1 + w2)) <$> counts)
+    body c srv (sa, sb) base
+
+spec :: E.BackendKind -> Spec
+spec kind = describe "one fd, two users on one manager" $ do
+  let pairs = [ (a, b) | a <- [minBound .. maxBound], b <- [minBound .. maxBound], a /= b ]
+  forM_ pairs $ \(a, b) -> do
+    it (show a ++ " then " ++ show b ++ ": both see the data") $
+      withUsers kind (a, b) $ \c _ (sa, sb) _ -> do
+        W.sendAll c (BC.pack "x")
+        forM_ [(a, sa), (b, sb)] $ \(u, s) -> do
+          got <- within 2 (show u ++ " sees the data") (takeMVar s)
+          case (u, got) of
+            (NetRecv, Read "x") -> return ()
+            (NetRecv, other) -> expectationFailure ("recv saw " ++ show other)
+            (_, Ready) -> return ()
+            (_, other) -> expectationFailure (show u ++ " saw " ++ show other)
+
+    it (show a ++ " then " ++ show b ++ ": closing the socket ends both, leaving nothing registered") $
+      withUsers kind (a, b) $ \_ srv (sa, sb) base -> do
+        W.close srv
+        forM_ [(a, sa), (b, sb)] $ \(u, s) ->
+          if u == ColorWatch
+            -- A watch of a closed fd posts nothing.
+            then do
+              threadDelay 100000
+              got <- tryTakeMVar s
+              maybe (return ()) (\g -> expectationFailure ("the watch posted " ++ show g)) got
+            else do
+              got <- within 2 (show u ++ " sees the close") (takeMVar s)
+              case got of
+                Closed -> return ()
+                other -> expectationFailure (show u ++ " saw " ++ show other)
+        eventually "nothing left registered" ((== base) <$> counts)
