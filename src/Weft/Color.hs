@@ -48,6 +48,9 @@ module Weft.Color
   , rearmRead
   , rearmWrite
   , unwatchFd
+    -- * Sockets
+  , watchSocket
+  , lingerClose
     -- * Statistics
   , CoreStats (..)
   , stats
@@ -76,6 +79,7 @@ import Weft.Event (Lifetime (..), evtRead, evtWrite, eventIs, evtClose, evtHangu
                    getSystemManager)
 import qualified Weft.Event as E
 import qualified Weft.Event.Manager as M
+import qualified Weft.Net as Net
 import Weft.Internal.Counters
 
 ------------------------------------------------------------------------------
@@ -621,7 +625,8 @@ data FdWatch = FdWatch
   { fwRuntime :: !Runtime
   , fwFd      :: !Fd
   , fwColor   :: !Color
-  , fwRead    :: !(Handler, IO ())
+  , fwRead    :: !(IORef (Handler, IO ()))
+    -- ^ Replaced by a lingering close's drain ('lingerClose').
   , fwWrite   :: !(Handler, IO ())
   , fwStates  :: !Counters
     -- ^ slot 0 the read direction, slot 1 the write direction
@@ -646,8 +651,9 @@ stOver = 3
 watchFd :: Runtime -> Fd -> Color -> (Handler, IO ()) -> (Handler, IO ()) -> IO FdWatch
 watchFd rt fd c onRead onWrite = do
   states <- newCounters 2
+  readBody <- newIORef onRead
   mgr <- getSystemManager
-  let fw = FdWatch rt fd c onRead onWrite states Nothing
+  let fw = FdWatch rt fd c readBody onWrite states Nothing
   edge <- M.watchFdNotify mgr fd (\ev -> do
             if ev `eventIs` evtHangup then readOver fw
               else when (ev `eventIs` evtRead) (edgeCame fw 0)
@@ -694,7 +700,7 @@ rearmWrite fw = rearm fw 1 evtWrite
 rearm :: FdWatch -> Int -> E.Event -> IO ()
 rearm fw dir ev = case fwEdge fw of
   Nothing -> do
-    let (h, body) = if dir == 0 then fwRead fw else fwWrite fw
+    (h, body) <- bodyOf fw dir
     onReady (fwRuntime fw) ev (fwFd fw) (fwColor fw) h body
   -- Idle -> Armed, Pending -> Idle (and post), Armed stays, Over stays
   -- (and post); a lost exchange means an edge moved the state meanwhile.
@@ -710,17 +716,74 @@ rearm fw dir ev = case fwEdge fw of
       if seen == from then done else go seen
 
 postBody :: FdWatch -> Int -> IO ()
-postBody fw dir =
-  let (h, body) = if dir == 0 then fwRead fw else fwWrite fw
-  in post (fwRuntime fw) (fwColor fw) h body `catch` \RuntimeClosed -> return ()
+postBody fw dir = do
+  (h, body) <- bodyOf fw dir
+  post (fwRuntime fw) (fwColor fw) h body `catch` \RuntimeClosed -> return ()
 
--- | End the watch: call it before closing the fd. A body already posted
--- still runs, and one edge harvested just before may still post (the
--- body of a closed connection must ignore it). With the poll backend,
--- close the fd with 'Weft.closeFdWith' so that an armed one-shot posts
--- nothing. Idempotent; never throws.
+bodyOf :: FdWatch -> Int -> IO (Handler, IO ())
+bodyOf fw dir = if dir == 0 then readIORef (fwRead fw) else return (fwWrite fw)
+{-# INLINE bodyOf #-}
+
+-- | End the watch. A body already posted still runs, and one edge
+-- harvested just before may still post (the body of a closed connection
+-- must ignore it). Closing the fd through weft ('Weft.Net.close',
+-- 'Weft.closeFdWith') ends the watch too, so a watch of a socket needs no
+-- 'unwatchFd'; an fd closed with a plain @close@ must be unwatched first.
+-- Idempotent; never throws.
 unwatchFd :: FdWatch -> IO ()
 unwatchFd fw = forM_ (fwEdge fw) M.unwatchFd
+
+------------------------------------------------------------------------------
+-- Sockets
+
+-- | Watch a "Weft.Net" socket, as 'watchFd' does its fd: rearm after a
+-- non-blocking call ('Net.tryRecv', 'Net.trySendMany') says the socket
+-- would block. 'Net.close' ends the watch with the socket (bodies already
+-- posted still run, and find the socket closed), and 'lingerClose' closes
+-- it gracefully. The socket's own blocking calls ('Net.recv') work beside
+-- the watch. Throws an 'IOError' if the socket is closed.
+watchSocket :: Runtime -> Net.Socket -> Color -> (Handler, IO ()) -> (Handler, IO ()) -> IO FdWatch
+watchSocket rt sock = watchFd rt (Net.socketFd sock) 
+
+-- | Close a watched socket without losing what was just sent, as colored
+-- events: shut its sending side down, discard what the peer still sends
+-- until it closes (at most 'Net.lingerBytes', and for at most the given
+-- microseconds), then 'Net.close' it and run @done@. Call it from an
+-- event of the watch's color; the drain, the close and @done@ run as
+-- events of that color too. From then on the watch posts the drain, not
+-- its read body; a write body posted or armed before may still run, and
+-- must see that the connection is closing. If the runtime shuts down
+-- first, the socket is closed when the time is up, and @done@ is not run.
+-- Never throws.
+lingerClose :: FdWatch -> Net.Socket -> Int -> IO () -> IO ()
+lingerClose fw sock micros done = do
+  ended <- newIORef False
+  timer <- newIORef Nothing
+  let rt = fwRuntime fw
+      finish = do
+        already <- atomicModifyIORef' ended (\e -> (True, e))
+        unless already $ do
+          mapM_ M.unregisterTimeout =<< readIORef timer
+          Net.close sock
+          done
+      drain left = do
+        r <- Net.discardInput sock left
+        case r of
+          Just left' -> do
+            writeIORef (fwRead fw) (hLinger, drain left')
+            rearmRead fw `catch` \(_ :: IOException) -> finish
+          Nothing -> finish
+  shut <- try (Net.shutdownSend sock)
+  case shut of
+    Left (_ :: IOException) -> finish
+    Right () -> do
+      mgr <- getSystemManager
+      key <- M.registerTimeout mgr micros $
+        post rt (fwColor fw) hLinger finish `catch` \RuntimeClosed -> Net.close sock
+      writeIORef timer (Just key)
+      drain Net.lingerBytes
+  where
+    hLinger = handler "linger"
 
 ------------------------------------------------------------------------------
 -- Statistics

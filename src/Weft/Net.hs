@@ -42,6 +42,8 @@ module Weft.Net
   , dropBytes
   , close
   , gracefulClose
+  , discardInput
+  , lingerBytes
   , localAddress
   , setNoDelay
     -- * Idle timeouts
@@ -472,19 +474,41 @@ shutdownSend s = do
 
 -- | Close a connection without losing what was just sent: shut the
 -- sending side down, read and discard what the peer still sends until it
--- closes, for at most the given microseconds (and 1 MiB), then 'close'.
--- Closing with unread input would make the kernel send a reset, which can
--- destroy the last response before the peer reads it (an error reply to a
--- request that is still arriving, say). Never throws.
+-- closes, for at most the given microseconds (and 'lingerBytes'), then
+-- 'close'. Closing with unread input would make the kernel send a reset,
+-- which can destroy the last response before the peer reads it (an error
+-- reply to a request that is still arriving, say). Never throws.
+-- "Weft.Color"'s 'Weft.Color.lingerClose' does the same with events.
 gracefulClose :: Socket -> Int -> IO ()
 gracefulClose s us = linger `finally` close s
   where
-    linger = void (try (shutdownSend s >> Weft.timeout us drain) :: IO (Either IOException (Maybe ())))
-    drain = allocaBytes 4096 $ \p ->
-      let go total = do
-            n <- recvBuf s p 4096
-            when (n > 0 && total < 1048576) (go (total + n))
-      in go (0 :: Int)
+    linger = void (try (shutdownSend s >> Weft.timeout us (drain lingerBytes)) :: IO (Either IOException (Maybe ())))
+    drain left = do
+      r <- discardInput s left
+      forM_ r $ \left' -> waitReady Reading s >> drain left'
+
+-- | At most this many bytes of a peer's input are discarded by a
+-- lingering close (1 MiB).
+lingerBytes :: Int
+lingerBytes = 1048576
+
+-- | One non-blocking step of a lingering close: discard what the peer has
+-- sent, up to the given number of bytes. @Just left@: the peer has not
+-- closed; wait until the socket is readable and call again with @left@,
+-- the bytes still allowed. 'Nothing': the peer closed, the socket failed
+-- or the allowance ran out; close it now. Never throws.
+discardInput :: Socket -> Int -> IO (Maybe Int)
+discardInput s allowed = allocaBytes chunk $ \p ->
+  let go left
+        | left <= 0 = return Nothing
+        | otherwise = do
+            n <- S.recvBuf s p (min chunk left)
+            if n > 0 then go (left - fromIntegral n)
+              else if n == negate (errnoLong eAGAIN) then return (Just left)
+              else if n == negate (errnoLong eINTR) then go left
+              else return Nothing
+  in go allowed
+  where chunk = 4096
 
 -- | The address the socket is bound to.
 localAddress :: Socket -> IO SockAddr

@@ -77,7 +77,7 @@ runServer cfg addr = do
   where
     closeRemaining live = do
       conns <- atomicModifyIORef' live (\m -> (IntMap.empty, IntMap.elems m))
-      forM_ conns $ \c -> Color.unwatchFd (connWatch c) >> Net.close (connSocket c)
+      forM_ conns (Net.close . connSocket)
 
 ------------------------------------------------------------------------------
 -- State
@@ -143,10 +143,10 @@ data Phase
     -- ^ No more commands will be read (the peer ended its input, sent
     -- QUIT, or broke the protocol): send the replies still due, then
     -- close, lingering first ('True') if the close is ours.
-  | Lingering !Int
-    -- ^ Replies sent and our side shut down: discarding input (this many
-    -- bytes so far) until the peer closes, so that unread input does not
-    -- make the kernel reset the connection and destroy the last reply.
+  | Lingering
+    -- ^ Replies sent, and the connection handed to 'Color.lingerClose',
+    -- so that unread input does not make the kernel reset the connection
+    -- and destroy the last reply.
   | Closed
 
 -- Note [Reply order]
@@ -214,10 +214,6 @@ chunkSize = 16384
 chunksPerEvent :: Int
 chunksPerEvent = 4
 
--- | A closing connection discards at most this much of its peer's input.
-lingerBytes :: Int
-lingerBytes = 1048576
-
 -- | ...for at most this many microseconds.
 lingerMicros :: Int
 lingerMicros = 1000000
@@ -250,7 +246,7 @@ adopt env (sock, _) = do
   rec <- newIORef (error "weft-kv: a watch fired before its connection existed")
   let onRead = readIORef rec >>= readable env
       onWrite = readIORef rec >>= writable env
-  w <- try (Color.watchFd (envRuntime env) (Fd fd) color (hRead, onRead) (hWrite, onWrite))
+  w <- try (Color.watchSocket (envRuntime env) sock color (hRead, onRead) (hWrite, onWrite))
   case w of
     Left (_ :: IOException) -> Net.close sock
     Right fw -> do
@@ -284,7 +280,6 @@ readable env c = do
   phase <- readIORef (connPhase c)
   case phase of
     Open -> readChunks chunksPerEvent
-    Lingering n -> discard n
     _ -> return ()
   where
     readChunks :: Int -> IO ()
@@ -315,15 +310,6 @@ readable env c = do
     finish linger = do
       writeIORef (connPhase c) (Finishing linger)
       settle env c
-    discard n = do
-      r <- recvChunk (connSocket c)
-      case r of
-        Got bs | n + B.length bs < lingerBytes -> discard (n + B.length bs)
-        Again -> do
-          writeIORef (connPhase c) (Lingering n)
-          writeIORef (connReading c) True
-          rearmRead (connWatch c)
-        _ -> closeConn env c
 
 -- | A command's work on one color: its sequence number, then the key and
 -- operation of a single-key command, or the keys, operations and their
@@ -595,23 +581,17 @@ armRead env c = do
 watch :: Env -> Conn -> IO () -> IO ()
 watch env c arm = arm `catch` \(_ :: IOException) -> closeConn env c
 
--- | All replies are out after our decision to close: shut our side down
--- and discard the peer's input until it closes, or for at most
--- 'lingerBytes' and 'lingerMicros'.
+-- | All replies are out after our decision to close: close gracefully,
+-- discarding the peer's input for at most 'lingerMicros'
+-- ('Color.lingerClose').
 startLinger :: Env -> Conn -> IO ()
 startLinger env c = do
-  Net.shutdownSend (connSocket c) `catch` \(_ :: IOException) -> return ()
-  writeIORef (connPhase c) (Lingering 0)
-  mgr <- getSystemTimerManager
-  let rt = envRuntime env
-  _ <- registerTimeout mgr lingerMicros $
-    post rt (connColor c) hClose (closeConn env c) `catch` \RuntimeClosed -> return ()
-  reading <- readIORef (connReading c)
-  unless reading (armRead env c)
+  writeIORef (connPhase c) Lingering
+  Color.lingerClose (connWatch c) (connSocket c) lingerMicros (forget env c)
 
--- | Close the connection (idempotent). Closing through weft's managers
--- drops any armed watch, so no event of it is posted any more; events
--- already posted find the connection 'Closed'.
+-- | Close the connection (idempotent), lingering or not. Closing through
+-- weft's managers ends the watch, so no event of it is posted any more;
+-- events already posted find the connection 'Closed'.
 closeConn :: Env -> Conn -> IO ()
 closeConn env c = do
   phase <- readIORef (connPhase c)
@@ -621,10 +601,17 @@ closeConn env c = do
       writeIORef (connPhase c) Closed
       writeIORef (connOut c) []
       writeIORef (connEarly c) IntMap.empty
-      let Fd fd = Net.socketFd (connSocket c)
-      atomicModifyIORef' (envLive env) (\m -> (IntMap.delete (fromIntegral fd) m, ()))
-      Color.unwatchFd (connWatch c)
+      forget env c
       Net.close (connSocket c)
+
+-- | Take the connection out of the open ones, unless its fd number
+-- already belongs to a newer connection.
+forget :: Env -> Conn -> IO ()
+forget env c = atomicModifyIORef' (envLive env) (\m -> (IntMap.update keepOthers fd m, ()))
+  where
+    Fd fd' = Net.socketFd (connSocket c)
+    fd = fromIntegral fd'
+    keepOthers o = if connPhase o == connPhase c then Nothing else Just o
 
 ------------------------------------------------------------------------------
 -- Expiry

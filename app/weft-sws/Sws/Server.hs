@@ -203,13 +203,11 @@ data Conn = Conn
   , connFd      :: !Fd
   , connColor   :: !Color
   , connWatch   :: !FdWatch
-    -- ^ Posts 'readReady' and 'writeResponse' (Note [Persistent watches]
+    -- ^ Posts 'readRequest' and 'writeResponse' (Note [Persistent watches]
     -- in "Weft.Color").
   , connDrained :: !(IORef Bool)
     -- ^ The last receive got less than it asked for, so new bytes will
     -- come with an edge; after a full one, read again before waiting.
-  , connLinger  :: !(IORef Int)
-    -- ^ Bytes discarded while closing gracefully; -1 while not closing.
   , connInput   :: !(IORef B.ByteString)
     -- ^ Received bytes not yet parsed (Note [Bounded buffering]).
   , connSkip    :: !(IORef Int)
@@ -250,7 +248,7 @@ startServer cfg cache addr = do
     bound <- W.localAddress listener
     rt <- newRuntime (cfgRuntime cfg)
     srv <- fixIO $ \srv -> do
-      lw <- watchFd rt (W.socketFd listener) acceptColor
+      lw <- watchSocket rt listener acceptColor
               (hAccept, acceptConnections srv) (hAccept, return ())
       Server rt cfg cache listener lw bound <$> newIORef 0 <*> newIORef 0
         <*> newIORef IntMap.empty <*> newIORef False <*> newIORef 0 <*> newIORef 0
@@ -265,7 +263,6 @@ stopServer srv = do
   let rt = srvRuntime srv
   post rt acceptColor hStop $ do
     writeIORef (srvStopping srv) True
-    unwatchFd (srvListenWatch srv)
     W.close (srvListener srv)
     open <- readIORef (srvOpen srv)
     forM_ (IntMap.elems open) $ \c -> post rt (connColor c) hClose (closeConn srv c Abort)
@@ -365,17 +362,10 @@ acceptConnections srv = do
 -- be watched.
 newConn :: Server -> W.Socket -> IO Conn
 newConn srv s = fixIO $ \c -> do
-  w <- watchFd (srvRuntime srv) fd (fdInt fd) (hRead, readReady srv c) (hWrite, writeResponse srv c)
-  Conn s fd (fdInt fd) w <$> newIORef False <*> newIORef (-1) <*> newIORef B.empty <*> newIORef 0
+  w <- watchSocket (srvRuntime srv) s (fdInt fd) (hRead, readRequest srv c) (hWrite, writeResponse srv c)
+  Conn s fd (fdInt fd) w <$> newIORef False <*> newIORef B.empty <*> newIORef 0
     <*> newIORef [] <*> newIORef False <*> newIORef False
   where fd = W.socketFd s
-
--- | The watch says the socket is readable: read the next request, or go
--- on discarding input while closing.
-readReady :: Server -> Conn -> IO ()
-readReady srv c = do
-  lingering <- readIORef (connLinger c)
-  if lingering >= 0 then drain srv c lingering else readRequest srv c
 
 -- | DecClientAccepted: a connection is gone.
 decClients :: Server -> Conn -> IO ()
@@ -520,54 +510,29 @@ data Closing
     -- ^ At once: the peer is gone or finished, or the server stops.
   | Graceful
     -- ^ After a last response: shut the sending side, then drain what the
-    -- peer still sends until it closes, at most 'lingerMicros' of silence
-    -- and 'lingerBytes' in all. Closing with unread input would make the
+    -- peer still sends until it closes, for at most 'lingerMicros' and
+    -- 'W.lingerBytes' in all. Closing with unread input would make the
     -- kernel send a reset, which can destroy that response before the
     -- peer reads it (a 431 to a head that is still arriving, say).
 
-lingerMicros, lingerBytes :: Int
+lingerMicros :: Int
 lingerMicros = 1000000
-lingerBytes = 1048576
 
--- | Close: end the connection (idempotent).
+-- | Close: end the connection (idempotent). A graceful close hands the
+-- socket to 'lingerClose', which closes it after the drain; the
+-- connection counts as closed from the start, so that its other events
+-- do nothing.
 closeConn :: Server -> Conn -> Closing -> IO ()
 closeConn srv c how = do
   closed <- readIORef (connClosed c)
-  unless closed $ case how of
-    Abort -> finish
-    Graceful -> do
-      started <- try $ do
-        -- The idle timeout bounds the linger: when it expires the socket
-        -- is shut down both ways and the drain sees the end.
-        W.setIdleTimeout (connSocket c) lingerMicros
-        W.shutdownSend (connSocket c)
-      case started of
-        Left (_ :: IOException) -> finish
-        Right () -> drain srv c 0
-  where
-    finish = do
-      writeIORef (connClosed c) True
-      writeIORef (connOutput c) []
-      writeIORef (connInput c) B.empty
-      unwatchFd (connWatch c)
-      W.close (connSocket c)
-      post (srvRuntime srv) acceptColor hDec (decClients srv c)
-
--- | Discard input until the peer closes (part of a graceful Close).
-drain :: Server -> Conn -> Int -> IO ()
-drain srv c total = do
-  closed <- readIORef (connClosed c)
   unless closed $ do
-    -- From now on the watch's read body drains instead of reading requests.
-    writeIORef (connLinger c) total
-    r <- try (W.tryRecv (connSocket c) readSize)
-    case r of
-      Right Nothing -> rearmRead (connWatch c)
-      Right (Just chunk)
-        | not (B.null chunk) && total + B.length chunk < lingerBytes ->
-            post (srvRuntime srv) (connColor c) hClose (drain srv c (total + B.length chunk))
-      Right (Just _) -> closeConn srv c Abort
-      Left (_ :: IOException) -> closeConn srv c Abort
+    writeIORef (connClosed c) True
+    writeIORef (connOutput c) []
+    writeIORef (connInput c) B.empty
+    let gone = post (srvRuntime srv) acceptColor hDec (decClients srv c)
+    case how of
+      Abort -> W.close (connSocket c) >> gone
+      Graceful -> lingerClose (connWatch c) (connSocket c) lingerMicros gone
 
 ------------------------------------------------------------------------------
 -- Helpers
