@@ -1,4 +1,4 @@
-/* Set-up calls for weft's AF_PACKET backend (Weft.Packet.AfPacket).
+/* Set-up calls for weft's AF_PACKET backend (Weft.Packet.Internal.AfPacket).
  *
  * Only what is awkward from Haskell lives here: building the sockopt
  * structs (tpacket_req, tpacket_req3, packet_mreq, sockaddr_ll) and the

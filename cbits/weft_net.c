@@ -5,7 +5,7 @@
  * as a MutableByteArray#). Slot 0 counts syscalls in flight (2 each) and has
  * bit 0 set once the socket is closing; close waits for the count to drain
  * before it closes the fd, so no syscall here can ever hit a reused fd
- * number (Note [Socket close and fd reuse] in Weft.Net.Socket). Doing the
+ * number (Note [Socket close and fd reuse] in Weft.Net.Internal.Socket). Doing the
  * guard here, inside one unsafe call, keeps async exceptions out of the
  * window between taking the guard and releasing it.
  *
@@ -48,7 +48,7 @@ static inline void stamp(int64_t *g)
  * receive counts only once the bytes received since the last stamp reach
  * the socket's minimum (G_MIN_RECV, 0 for none), so a peer that trickles
  * bytes cannot keep the timer from expiring (Note [Idle timeouts] in
- * Weft.Net.Socket). */
+ * Weft.Net.Internal.Socket). */
 static inline void leave_as(int64_t *g, long r, int received)
 {
     if (r > 0 && __atomic_load_n(&g[G_TRACK], __ATOMIC_RELAXED)) {

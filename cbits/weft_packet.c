@@ -1,4 +1,4 @@
-/* Memory for weft's packet buffer pools (Weft.Packet.MemPool).
+/* Memory for weft's packet buffer pools (Weft.Packet.Internal.MemPool).
  *
  * A pool is one mapping. With huge pages configured (vm.nr_hugepages > 0)
  * it is backed by 2 MiB pages, as ixy's hugetlbfs pools are; otherwise by

@@ -29,8 +29,8 @@ import Data.Maybe (fromMaybe)
 import System.Posix.Types (Fd)
 
 import Weft.Event.Internal (evtRead, evtWrite)
-import Weft.Event.Manager
-import Weft.Event.System
+import Weft.Event.Internal.Core
+import Weft.Event.Internal.System
 
 -- | Block until the fd is readable (or hung up, or in error). Throws an
 -- 'IOError' (@EBADF@) if the fd is closed with 'closeFdWith' meanwhile or is

@@ -6,7 +6,7 @@
 -- really read and written. Each direction is one thread pinned to a
 -- capability: with @+RTS -N1@ both share one core, as ixy-fwd's single
 -- loop does; with @-N2@ they run on two. Each receive queue follows the
--- hybrid rule of "Weft.Packet.Hybrid": it polls while busy and blocks in
+-- hybrid rule of "Weft.Packet.Internal.Hybrid": it polls while busy and blocks in
 -- weft's I/O manager while idle.
 --
 -- Packets the transmit side does not take (its ring is full) are freed at

@@ -92,7 +92,6 @@ import Text.Printf (printf)
 import Bench.Options
 import Bench.Report
 import Weft.Color
-import Weft.Internal.Counters
 
 ------------------------------------------------------------------------------
 -- Options and benchmarks
@@ -496,7 +495,7 @@ data Window = Window
 -- | The ends of a window: statistics, own counters, CPU clocks.
 data Edge = Edge [CoreStats] [Int] Double Double
 
-edge :: Runtime -> Counters -> IO Edge
+edge :: Runtime -> Own -> IO Edge
 edge rt own = Edge <$> stats rt <*> readOwn own <*> cpuBusySecs <*> ((/ 1e6) <$> processCpuMicros)
 
 window :: Edge -> Edge -> Word64 -> Window
@@ -527,23 +526,39 @@ ownStride, ownFields :: Int
 ownStride = 16
 ownFields = 8
 
-newOwn :: IO Counters
-newOwn = newCounters (64 * ownStride)
+-- | Plain stores: each stripe has one writer.
+type Own = MutablePrimArray RealWorld Int
+
+newOwn :: IO Own
+newOwn = do
+  arr <- newPrimArray (64 * ownStride)
+  setPrimArray arr 0 (64 * ownStride) 0
+  return arr
 
 -- | Bump field @f@ of the calling thread's capability.
-bumpOwn :: Counters -> Int -> IO ()
+bumpOwn :: Own -> Int -> IO ()
 bumpOwn c f = addOwn c f 1
 
 -- | Add to field @f@ of the calling thread's capability.
-addOwn :: Counters -> Int -> Int -> IO ()
+addOwn :: Own -> Int -> Int -> IO ()
 addOwn c f d = do
   cap <- myCap
-  void (addCounter c (cap * ownStride + f) d)
+  let i = cap * ownStride + f
+  v <- readPrimArray c i
+  writePrimArray c i (v + d)
 
-readOwn :: Counters -> IO [Int]
+readOwn :: Own -> IO [Int]
 readOwn c = do
   caps <- getNumCapabilities
-  forM [0 .. ownFields - 1] $ \f -> sum <$> mapM (\cap -> readCounter c (cap * ownStride + f)) [0 .. caps - 1]
+  forM [0 .. ownFields - 1] $ \f -> sum <$> mapM (\cap -> readPrimArray c (cap * ownStride + f)) [0 .. caps - 1]
+
+-- | Add atomically; returns the value before.
+fetchAddIORef :: IORef Int -> Int -> IO Int
+fetchAddIORef r d = atomicModifyIORef' r (\v -> (v + d, v))
+
+-- | Set to @new@ if it holds @old@; returns the value before.
+casIORef :: IORef Int -> Int -> Int -> IO Int
+casIORef r old new = atomicModifyIORef' r (\v -> if v == old then (new, v) else (v, v))
 
 myCap :: IO Int
 myCap = fst <$> (myThreadId >>= threadCapability)
@@ -555,10 +570,10 @@ myCap = fst <$> (myThreadId >>= threadCapability)
 -- longer than a quarter of the window (LibasyncSmp's take seconds) would
 -- stretch the run by whole rounds, so if no round ends within that time
 -- the edge is taken where the rounds stand. Rounds stop after the window.
-forkJoin :: Runtime -> Counters -> Double -> Double -> (IO () -> IO ()) -> IO Window
+forkJoin :: Runtime -> Own -> Double -> Double -> (IO () -> IO ()) -> IO Window
 forkJoin rt own warm secs startRound = do
   -- 1 while an edge is wanted; whoever turns it back to 0 takes the edge.
-  wanted <- newCounters 1
+  wanted <- newIORef (0 :: Int)
   edges <- newEmptyMVar
   stopping <- newIORef False
   let takeEdge = do
@@ -566,14 +581,14 @@ forkJoin rt own warm secs startRound = do
         e <- edge rt own
         return (now, e)
       roundEnd = do
-        w <- casCounter wanted 0 1 0
+        w <- casIORef wanted 1 0
         when (w == 1) (takeEdge >>= putMVar edges)
         stop <- readIORef stopping
         unless stop (startRound roundEnd)
       -- Polled rather than waited for with 'timeout': an edge taken
       -- just as the timeout fired would be lost with the exception.
       edgeAt = do
-        writeCounter wanted 0 1
+        atomicWriteIORef wanted 1
         giveUp <- (+ round (secs * 0.25e9)) <$> getMonotonicTimeNSec
         let poll = do
               r <- tryTakeMVar edges
@@ -583,7 +598,7 @@ forkJoin rt own warm secs startRound = do
                 Nothing
                   | now < giveUp -> threadDelay 2000 >> poll
                   | otherwise -> do
-                      w <- casCounter wanted 0 1 0
+                      w <- casIORef wanted 1 0
                       -- A round ended just now: its edge is coming.
                       if w == 1 then takeEdge else takeMVar edges
         poll
@@ -599,7 +614,7 @@ forkJoin rt own warm secs startRound = do
   return (window e0 e1 (t1 - t0))
 
 -- | A steady load: wait @warm@ s, then measure @secs@ s.
-steadyWindow :: Runtime -> Counters -> Double -> Double -> IO Window
+steadyWindow :: Runtime -> Own -> Double -> Double -> IO Window
 steadyWindow rt own warm secs = do
   threadDelay (round (warm * 1e6))
   e0 <- edge rt own
@@ -669,11 +684,11 @@ unbalancedRun cal cores config balanced warm secs = do
         | otherwise = 100 :: Double
       iters = primArrayFromList [ itersForCycles cal (cyclesOf r) | r <- draws ]
   own <- newOwn
-  pending <- newCounters 1
+  pending <- newIORef (0 :: Int)
   -- The annotated costs: each kind of event body, timed alone (its join
   -- decrement included; the counter is far from zero).
-  let body k = burn k >> void (addCounter pending 0 (-1))
-  writeCounter pending 0 maxBound
+  let body k = burn k >> void (fetchAddIORef pending (-1))
+  atomicWriteIORef pending maxBound
   let shortIters = itersForCycles cal 100
   shortNs <- timeEach 50 2000 (\_ -> body shortIters)
   let overheadNs = max 0 (shortNs - round (100 * 1000 / calMHz cal))
@@ -685,7 +700,7 @@ unbalancedRun cal cores config balanced warm secs = do
   caps <- getNumCapabilities
   rt <- newRuntime config
   let startRound next = do
-        writeCounter pending 0 (if balanced then perCore * cores else n)
+        atomicWriteIORef pending (if balanced then perCore * cores else n)
         let event home long k = do
               -- Long events that ran away from their home core: the ones
               -- stolen.
@@ -694,7 +709,7 @@ unbalancedRun cal cores config balanced warm secs = do
                 bumpOwn own 1
                 when (cap /= home) (bumpOwn own 2)
               burn k
-              left <- addCounter pending 0 (-1)
+              left <- fetchAddIORef pending (-1)
               when (left == 1) next
             postAll base = do
               let go !i | i >= n = return ()
@@ -912,7 +927,7 @@ mergeInto arr tmp lo mid hi = go lo mid lo
 cacheRun :: Calibration -> Int -> Config -> Double -> Double -> IO (Runtime, Window, [(String, Double)])
 cacheRun _ cores config warm secs = do
   own <- newOwn
-  pending <- newCounters 1
+  pending <- newIORef (0 :: Int)
   let starters = max 1 (cores `div` 2)
       half = sortElems `div` 2
   -- Annotated costs, each body timed alone.
@@ -937,7 +952,7 @@ cacheRun _ cores config warm secs = do
   let startRound next = do
         r <- readIORef roundNo
         writeIORef roundNo (r + 1)
-        writeCounter pending 0 (starters * arraysPerStarter)
+        atomicWriteIORef pending (starters * arraysPerStarter)
         forM_ [0 .. starters - 1] $ \k -> forM_ [0 .. arraysPerStarter - 1] $ \i -> do
           let base = k + cores * (1 + 3 * i)
           post rt base hA (eventA next base (r * arraysPerStarter + i))
@@ -961,7 +976,7 @@ cacheRun _ cores config warm secs = do
         bumpOwn own fM
         when (cap /= sjHome job) (bumpOwn own fMAway)
         mergeInto (sjArr job) (sjTmp job) 0 half sortElems
-        left <- addCounter pending 0 (-1)
+        left <- fetchAddIORef pending (-1)
         when (left == 1) next
   win <- forkJoin rt own warm secs startRound
   return (rt, win, [ ("b_away_pct", percent (ownDelta win fBAway) (ownDelta win fB))

@@ -52,8 +52,6 @@ import Bench.Net (binDir, resultsDir)
 import Bench.Options
 import Bench.Report
 import Weft.Packet
-import Weft.Packet.Ixgbe (defaultIxgbeConfig, openIxgbe)
-import Weft.Packet.Ixgbe.Model
 
 data Options = Options
   { optQuick    :: !Bool

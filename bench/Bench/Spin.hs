@@ -1,6 +1,6 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | @weft-bench spin@: the dispatcher's spin policy (Note [Adaptive
--- spinning] in "Weft.Event.Spin") against the fixed window of earlier
+-- spinning] in "Weft.Event.Internal.Spin") against the fixed window of earlier
 -- versions, no spinning, and GHC's manager, on the servers where spinning
 -- matters: SimpleServer at 1/16/64/400 connections and pong under wrk at
 -- 16/64/400, each at -N1 and -N2; echo; the wait benchmark; and an idle

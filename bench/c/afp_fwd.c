@@ -10,7 +10,7 @@
  * and at the end (after S seconds, or SIGINT/SIGTERM)
  *   summary forwarded=<packets sent, both directions> seconds=<float>
  *
- * The I/O path is exactly Weft.Packet.AfPacket's default: one packet
+ * The I/O path is exactly Weft.Packet.Internal.AfPacket's default: one packet
  * socket per interface with a TPACKET_V2 RX ring and a TPACKET_V2 TX ring
  * (2048-byte frames, 4096 frames each) in one mapping, PACKET_QDISC_BYPASS,
  * PACKET_LOSS, PACKET_IGNORE_OUTGOING plus a PACKET_OUTGOING check, one
@@ -27,7 +27,7 @@
  * under load because a busy queue is polled there too.
  *
  * The memory-ordering argument is the one in Note [Ring status handshake]
- * (Weft.Packet.AfPacket): x86-64 TSO, a compiler barrier where the
+ * (Weft.Packet.Internal.AfPacket): x86-64 TSO, a compiler barrier where the
  * Haskell side has its unsafe memcpy calls. Here the status word is read
  * and written with relaxed atomics plus compiler barriers, which compile
  * to plain moves on x86-64, as the Haskell peeks and pokes do.
@@ -67,7 +67,7 @@
 #define PKTTYPE_OFF (32u + 10u)
 #define MAX_BATCH 256
 
-/* ---- mempool: ixy's, as Weft.Packet.MemPool ---- */
+/* ---- mempool: ixy's, as Weft.Packet.Internal.MemPool ---- */
 
 struct mempool;
 
@@ -214,7 +214,7 @@ static inline void store_status(uint8_t *fr, uint32_t s)
     __atomic_store_n((uint32_t *)fr, s, __ATOMIC_RELAXED);
 }
 
-/* rxV2 of Weft.Packet.AfPacket. */
+/* rxV2 of Weft.Packet.Internal.AfPacket. */
 static uint32_t rx_batch(struct queue *q, struct buf **bufs, uint32_t n)
 {
     uint32_t h = q->rx_head, k = 0;
@@ -251,7 +251,7 @@ static uint32_t rx_batch(struct queue *q, struct buf **bufs, uint32_t n)
     return k;
 }
 
-/* txV2 of Weft.Packet.AfPacket. */
+/* txV2 of Weft.Packet.Internal.AfPacket. */
 static uint32_t tx_batch(struct queue *q, struct buf **bufs, uint32_t n)
 {
     uint32_t h = q->tx_head, i = 0, queued = 0;

@@ -4,8 +4,8 @@
  *   weft-ixgbe-loop [--batch N (1..256)] [--seconds S]
  *
  * It does, per packet, the work the Haskell loop of bench/Bench/Packet.hs
- * (modelForwardLoop) does with Weft.Packet.Ixgbe and
- * Weft.Packet.Ixgbe.Model: two model ports with one RX and one TX queue
+ * (modelForwardLoop) does with Weft.Packet.Internal.Ixgbe and
+ * Weft.Packet.Internal.Ixgbe.Model: two model ports with one RX and one TX queue
  * each (512-descriptor rings, a pool of 4096 2 KiB buffers per port);
  * port 0's wire is a source of 60-byte test packets, port 1's a sink. One
  * thread repeats: a DMA step of each model (transmit descriptors up to

@@ -58,7 +58,7 @@ module Weft.Color
     -- * Debugging
   , runtimeQueues
     -- * Topology
-  , module Weft.Color.Topology
+  , module Weft.Color.Internal.Topology
   ) where
 
 import Control.Concurrent
@@ -73,12 +73,12 @@ import GHC.Clock (getMonotonicTimeNSec)
 import System.IO (hPutStrLn, stderr)
 import System.Posix.Types (Fd)
 
-import Weft.Color.Queues
-import Weft.Color.Topology
+import Weft.Color.Internal.Queues
+import Weft.Color.Internal.Topology
 import Weft.Event (Lifetime (..), evtRead, evtWrite, eventIs, evtClose, evtHangup, registerFd,
                    getSystemManager)
 import qualified Weft.Event as E
-import qualified Weft.Event.Manager as M
+import qualified Weft.Event.Internal.Core as M
 import qualified Weft.Net as Net
 import Weft.Internal.Counters
 
@@ -819,7 +819,7 @@ stealCostNanos = stealCost . rtQueues
 
 -- | The runtime's queues, for tests and debugging tools (say, to check
 -- that after a run no event is left queued and every color is back home).
--- Read them as "Weft.Color.Queues" requires: with the owning core's lock
+-- Read them as "Weft.Color.Internal.Queues" requires: with the owning core's lock
 -- held, or once 'shutdown' has returned and no worker touches them.
 runtimeQueues :: Runtime -> Queues
 runtimeQueues = rtQueues

@@ -45,10 +45,10 @@ module Weft.Event
 
 import System.Posix.Types (Fd)
 
-import Weft.Event.Backend (parseBackendKind)
+import Weft.Event.Internal.Backend (parseBackendKind)
 import Weft.Event.Internal
-import Weft.Event.Manager
-import Weft.Event.System
+import Weft.Event.Internal.Core
+import Weft.Event.Internal.System
 import Weft.Internal.Error (isManagerShutDownError)
 
 -- | Close an fd watched by one manager: see 'Weft.closeFdWith', which does

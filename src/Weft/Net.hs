@@ -4,7 +4,7 @@
 --
 -- A socket is registered with a manager once, edge-triggered, the first
 -- time one of its calls would block; after that a wait costs no
--- @epoll_ctl@ (Note [Socket waits] in "Weft.Net.Socket"). Addresses are
+-- @epoll_ctl@ (Note [Socket waits] in "Weft.Net.Internal.Socket"). Addresses are
 -- @network@'s 'SockAddr', and sockets convert to and from @network@'s
 -- 'N.Socket'.
 --
@@ -69,6 +69,8 @@ module Weft.Net
   , acceptMakingRoom
   , trackProgress
   , leastProgressing
+    -- * Parsing received bytes
+  , byteAt
   ) where
 
 import Control.Concurrent
@@ -90,6 +92,7 @@ import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (with)
 import Foreign.Ptr
+import Weft.Internal.Bytes (byteAt)
 import Weft.Internal.Error (invalidArgument)
 import Foreign.Storable
 import GHC.IO.Exception (IOException (..), IOErrorType (..))
@@ -102,10 +105,10 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
-import Weft.Event.System (startSystemManagers)
+import Weft.Event.Internal.System (startSystemManagers)
 import Weft.Internal.Counters
-import Weft.Net.Socket hiding (recvBuf)
-import qualified Weft.Net.Socket as S
+import Weft.Net.Internal.Socket hiding (recvBuf)
+import qualified Weft.Net.Internal.Socket as S
 
 ------------------------------------------------------------------------------
 -- Opening

@@ -5,11 +5,11 @@
 -- Two backends implement 'Device':
 --
 --   * @afpacket:IFNAME[:QUEUES]@: real traffic on a Linux interface
---     through AF_PACKET mmap rings ("Weft.Packet.AfPacket"). More than one
+--     through AF_PACKET mmap rings ("Weft.Packet.Internal.AfPacket"). More than one
 --     queue spreads receiving over a hash fanout group.
 --   * @model:N[:OPTIONS]@: weft's ixgbe (Intel 82599) driver running
---     against a software model of the device ("Weft.Packet.Ixgbe",
---     "Weft.Packet.Ixgbe.Model"), port N, with the model's DMA engine on
+--     against a software model of the device ("Weft.Packet.Internal.Ixgbe",
+--     "Weft.Packet.Internal.Ixgbe.Model"), port N, with the model's DMA engine on
 --     its own thread. The driver is written against an abstract register
 --     window and DMA memory; real hardware would need VFIO, which this
 --     package does not set up (and this VM does not have). OPTIONS, comma
@@ -18,10 +18,10 @@
 --     @fault=link-down|stuck-reset|bad-rx-desc|bad-tx-desc@ (inject a
 --     fault, see 'Model.Fault').
 --
--- A receive loop is one thread per queue; "Weft.Packet.Hybrid" makes it
+-- A receive loop is one thread per queue; "Weft.Packet.Internal.Hybrid" makes it
 -- poll while busy and block in weft's I/O manager while idle. Buffers
 -- move between pools and devices under the rule of Note [Batch ownership]
--- in "Weft.Packet.Device".
+-- in "Weft.Packet.Internal.Device".
 module Weft.Packet
   ( -- * Opening devices
     openDevice
@@ -29,25 +29,31 @@ module Weft.Packet
   , DeviceName (..)
   , parseDeviceName
     -- * Devices
-  , module Weft.Packet.Device
+  , module Weft.Packet.Internal.Device
     -- * Buffers and pools
-  , module Weft.Packet.MemPool
+  , module Weft.Packet.Internal.MemPool
     -- * Receiving under the hybrid rule
-  , module Weft.Packet.Hybrid
+  , module Weft.Packet.Internal.Hybrid
     -- * Headers
-  , module Weft.Packet.Headers
+  , module Weft.Packet.Internal.Headers
+    -- * The ixgbe driver and its device model, driven directly
+  , IxgbeConfig (..)
+  , defaultIxgbeConfig
+  , openIxgbe
+  , module Weft.Packet.Internal.Ixgbe.Model
   ) where
 
 import Control.Exception (onException, throwIO)
 import Data.Char (isDigit)
 
-import Weft.Packet.AfPacket (defaultAfPacketConfig, openAfPacket)
-import Weft.Packet.Device
-import Weft.Packet.Headers
-import Weft.Packet.Hybrid
-import Weft.Packet.Ixgbe (defaultIxgbeConfig, openIxgbe)
-import qualified Weft.Packet.Ixgbe.Model as Model
-import Weft.Packet.MemPool
+import Weft.Packet.Internal.AfPacket (defaultAfPacketConfig, openAfPacket)
+import Weft.Packet.Internal.Device
+import Weft.Packet.Internal.Headers
+import Weft.Packet.Internal.Hybrid
+import Weft.Packet.Internal.Ixgbe (IxgbeConfig (..), defaultIxgbeConfig, openIxgbe)
+import Weft.Packet.Internal.Ixgbe.Model
+import qualified Weft.Packet.Internal.Ixgbe.Model as Model
+import Weft.Packet.Internal.MemPool
 
 -- | A parsed device name.
 data DeviceName

@@ -1,5 +1,5 @@
 -- | Timers, mirroring "GHC.Event"'s timer API, on per-capability timing
--- wheels ("Weft.Timer.Wheel"). A timer lives on the wheel of the capability
+-- wheels ("Weft.Timer.Internal.Wheel"). A timer lives on the wheel of the capability
 -- that registered it and is fired by that capability's dispatcher, so
 -- capabilities never contend for one queue, and a long callback holds up
 -- only its own capability's timers. Register, update and cancel are O(1)
@@ -33,9 +33,9 @@ module Weft.Timer
 
 import Control.Concurrent.STM (TVar)
 
-import Weft.Event.Manager (Manager, TimeoutCallback, TimeoutKey, registerDelayOn)
-import qualified Weft.Event.Manager as M
-import Weft.Event.System (getSystemManager)
+import Weft.Event.Internal.Core (Manager, TimeoutCallback, TimeoutKey, registerDelayOn)
+import qualified Weft.Event.Internal.Core as M
+import Weft.Event.Internal.System (getSystemManager)
 
 -- | The timer side of a manager.
 type TimerManager = Manager

@@ -30,10 +30,10 @@ import System.Posix.IO (closeFd)
 import System.Posix.Types (Fd (..))
 
 import Support (newPipe, within)
-import Weft.Packet.AfPacket
-import Weft.Packet.Device
-import Weft.Packet.Headers (parseMac, peekBE16, pokeBE16, peekBE32, pokeBE32)
-import Weft.Packet.MemPool
+import Weft.Packet.Internal.AfPacket
+import Weft.Packet.Internal.Device
+import Weft.Packet.Internal.Headers (parseMac, peekBE16, pokeBE16, peekBE32, pokeBE32)
+import Weft.Packet.Internal.MemPool
 
 spec :: Spec
 spec = describe "AfPacket" $ do

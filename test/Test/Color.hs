@@ -37,7 +37,7 @@ import Test.QuickCheck.Random (mkQCGen)
 import Support
 import qualified Weft
 import Weft.Color
-import qualified Weft.Color.Queues as Q
+import qualified Weft.Color.Internal.Queues as Q
 import qualified Weft.Event as E
 import Weft.Internal.Counters
 

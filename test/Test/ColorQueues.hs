@@ -1,8 +1,8 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | The colored runtime's data structures without workers: the per-core
--- queues of "Weft.Color.Queues" against a pure model (single thread,
+-- queues of "Weft.Color.Internal.Queues" against a pure model (single thread,
 -- taking the locks the API asks for), and the cache topology of
--- "Weft.Color.Topology".
+-- "Weft.Color.Internal.Topology".
 module Test.ColorQueues (spec) where
 
 import Control.Monad
@@ -13,8 +13,8 @@ import Test.Hspec
 import Test.QuickCheck hiding (total, (==>))
 import Test.QuickCheck.Monadic
 
-import Weft.Color.Queues
-import Weft.Color.Topology
+import Weft.Color.Internal.Queues
+import Weft.Color.Internal.Topology
 
 spec :: Spec
 spec = do
@@ -280,7 +280,7 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
     span' p xs = (filter p xs, filter (not . p) xs)
 
 queuesSpec :: Spec
-queuesSpec = describe "Weft.Color.Queues" $ do
+queuesSpec = describe "Weft.Color.Internal.Queues" $ do
   it "push, takeBatch, finishBatch, choose and migrate agree with a model (both layouts)" $
     property $ withMaxSuccess 300 $ \setup (ops :: [Op]) -> monadicIO $ do
       r <- run (runQueues setup ops)
@@ -341,7 +341,7 @@ queuesSpec = describe "Weft.Color.Queues" $ do
 -- Topology
 
 topologySpec :: Spec
-topologySpec = describe "Weft.Color.Topology" $ do
+topologySpec = describe "Weft.Color.Internal.Topology" $ do
   it "parseCpuList reads ranges and singles, and rejects garbage" $ do
     parseCpuList "0-3,8,10-11" `shouldBe` Just [0, 1, 2, 3, 8, 10, 11]
     parseCpuList "0" `shouldBe` Just [0]

@@ -9,7 +9,7 @@ import Test.Hspec.QuickCheck (prop)
 import Test.QuickCheck
 import Test.QuickCheck.Monadic
 
-import qualified Weft.Event.FdTable as FT
+import qualified Weft.Event.Internal.FdTable as FT
 
 -- | A table whose slots record the fd they were made for and a serial
 -- number, counting how many were made.

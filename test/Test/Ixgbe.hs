@@ -14,10 +14,8 @@ import Test.Hspec
 import Support (within)
 import Test.AfPacket (fillFrame, onCap0, recvN, sendAll, seqOf, withVeth)
 import Weft.Packet
-import Weft.Packet.AfPacket (defaultAfPacketConfig, openAfPacket)
-import Weft.Packet.Ixgbe
-import Weft.Packet.Ixgbe.Model
-import Weft.Packet.Ixgbe.Registers
+import Weft.Packet.Internal.AfPacket (defaultAfPacketConfig, openAfPacket)
+import Weft.Packet.Internal.Ixgbe.Registers
 
 spec :: Spec
 spec = describe "Ixgbe on the 82599 model" $ do

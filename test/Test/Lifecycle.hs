@@ -14,8 +14,8 @@ import qualified Weft
 import qualified Weft.Event as E
 import qualified Weft.Timer as T
 import qualified Control.Concurrent as GHC
-import Weft.Event.Backend (backendKindFromEnv)
-import Weft.Event.Wakeup
+import Weft.Event.Internal.Backend (backendKindFromEnv)
+import Weft.Event.Internal.Wakeup
 import Weft.Internal.Error (hasErrno)
 import Foreign.C.Error (eINVAL)
 import GHC.IO.Exception (IOErrorType (..), IOException (..))

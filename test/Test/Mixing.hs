@@ -2,7 +2,7 @@
 -- | One fd, two users on one manager: every pair of a 'Weft.threadWaitRead',
 -- a "Weft.Net" socket's own recv, a "Weft.Color" watch and a
 -- 'Weft.Event.registerFd' callback works together (Note [One registration
--- per fd] in "Weft.Event.Slot"), and closing the socket ends both.
+-- per fd] in "Weft.Event.Internal.Slot"), and closing the socket ends both.
 module Test.Mixing (spec) where
 
 import Control.Concurrent

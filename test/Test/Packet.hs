@@ -19,10 +19,10 @@ import Test.Hspec
 import Test.QuickCheck hiding ((.&.))
 import Test.QuickCheck.Monadic
 
-import Weft.Packet.Device
-import Weft.Packet.Headers
-import Weft.Packet.Hybrid
-import Weft.Packet.MemPool
+import Weft.Packet.Internal.Device
+import Weft.Packet.Internal.Headers
+import Weft.Packet.Internal.Hybrid
+import Weft.Packet.Internal.MemPool
 
 spec :: Spec
 spec = describe "Weft.Packet" $ do

@@ -9,7 +9,7 @@ import Test.Hspec.QuickCheck (prop)
 import Test.QuickCheck
 
 import Weft.Event.Internal
-import Weft.Event.Slot
+import Weft.Event.Internal.Slot
 
 data Op = Add Int Event Trigger | Remove Int | Fire Event
   deriving Show

@@ -1,5 +1,5 @@
 -- | The dispatcher's spin policy as a pure function of the spells it sees
--- (Note [Adaptive spinning] in "Weft.Event.Spin").
+-- (Note [Adaptive spinning] in "Weft.Event.Internal.Spin").
 module Test.Spin (spec) where
 
 import Data.List (foldl')
@@ -7,7 +7,7 @@ import Data.Word (Word64)
 import Test.Hspec
 import Test.QuickCheck
 
-import Weft.Event.Spin
+import Weft.Event.Internal.Spin
 
 -- | A spell as the dispatcher reports it: spun through or not, and its
 -- length in nanoseconds (up to a millisecond).
@@ -26,7 +26,7 @@ feed :: SpinPolicy -> [Spell] -> SpinPolicy
 feed = foldl' (\p (Spell spun len) -> endSpell spun len p)
 
 spec :: Spec
-spec = describe "Weft.Event.Spin" $ do
+spec = describe "Weft.Event.Internal.Spin" $ do
   it "never spins past the cap" $ property $ \(Cap cap) adaptive spells ->
     all (\p -> spinWindow p <= cap) (scanl (\p (Spell s l) -> endSpell s l p) (newSpinPolicy adaptive cap) spells)
 

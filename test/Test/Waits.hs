@@ -18,7 +18,7 @@ import Test.Hspec
 import Support
 import Weft
 import qualified Weft.Event as E
-import qualified Weft.Event.Manager as M
+import qualified Weft.Event.Internal.Core as M
 
 spec :: E.BackendKind -> Spec
 spec kind = do

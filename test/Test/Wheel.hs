@@ -13,7 +13,7 @@ import Test.Hspec
 import Test.QuickCheck
 import Test.QuickCheck.Monadic
 
-import qualified Weft.Timer.Wheel as W
+import qualified Weft.Timer.Internal.Wheel as W
 
 -- | One step of a schedule. Timer numbers index the timers inserted so far
 -- (modulo their count), so a cancel or reschedule may hit a live timer or
@@ -106,7 +106,7 @@ runSchedule start ops = do
   go start 0 Map.empty ops
 
 spec :: Spec
-spec = describe "timing wheel (Weft.Timer.Wheel)" $ do
+spec = describe "timing wheel (Weft.Timer.Internal.Wheel)" $ do
   it "matches the model on random schedules (clock from 0 and from a large tick)" $
     property $ \ops (Positive off) -> monadicIO $ do
       r1 <- run (runSchedule 0 ops)

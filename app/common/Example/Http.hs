@@ -36,7 +36,7 @@ module Example.Http
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
-import qualified Weft.Internal.Bytes as Bytes
+import qualified Weft.Net as Bytes (byteAt)
 import Data.Word (Word8)
 
 -- | The answer to every well-formed request: status 200 with the 4-byte body

@@ -40,7 +40,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
-import Weft.Internal.Bytes (byteAt)
+import Weft.Net (byteAt)
 import Data.Word (Word8, Word64)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Ptr (Ptr, plusPtr)

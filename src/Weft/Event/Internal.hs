@@ -1,5 +1,6 @@
 {-# LANGUAGE GeneralizedNewtypeDeriving #-}
 -- | The types shared by the manager and its backends.
+-- Internal and unstable: weft's own modules and tests use it.
 module Weft.Event.Internal
   ( -- * Events
     Event (..)

@@ -1,4 +1,5 @@
 -- | Byte access to strict 'ByteString's for weft's parsers.
+-- Internal and unstable: "Weft.Net" exports 'byteAt'.
 module Weft.Internal.Bytes
   ( byteAt
   ) where

@@ -2,6 +2,7 @@
 -- | A fixed-size array of machine-word counters that any thread may bump
 -- atomically. Used for the manager statistics and key supplies: bumping one
 -- costs one locked add and allocates nothing.
+-- Internal and unstable: weft's own modules and tests use it.
 module Weft.Internal.Counters
   ( Counters (..)
   , newCounters

@@ -1,7 +1,7 @@
 {-# LANGUAGE MagicHash #-}
 -- | A manager's life: making one, its dispatcher thread (the loop that
 -- polls the backend, spins or blocks, and runs expired timers), and
--- shutting it down. Internal and unstable ("Weft.Event.Manager" is the
+-- shutting it down. Internal and unstable ("Weft.Event.Internal.Core" is the
 -- façade).
 --
 -- Note [Dispatcher loop]
@@ -31,16 +31,16 @@ import GHC.Conc (labelThread)
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Event.Backend (newBackend)
-import qualified Weft.Event.FdTable as FT
+import Weft.Event.Internal.Backend (newBackend)
+import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Event.Internal.Registry (endRegistrations, onEvent)
 import Weft.Event.Internal.Timers (abortTimers, pollTimeout, runExpiredTimers)
-import Weft.Event.Slot
-import Weft.Event.Spin
+import Weft.Event.Internal.Slot
+import Weft.Event.Internal.Spin
 import Weft.Internal.Counters
-import qualified Weft.Timer.Wheel as W
+import qualified Weft.Timer.Internal.Wheel as W
 
 ------------------------------------------------------------------------------
 -- Life cycle
@@ -111,7 +111,7 @@ dispatcher mgr = do
     -- @spell@ is when the current dry spell began ('noSpell' while events
     -- keep coming); @holding@ says whether this dispatcher holds the spin
     -- token now, i.e. is spinning, and @spun@ whether it did in this spell
-    -- (Note [Adaptive spinning] in "Weft.Event.Spin"). The clock is read
+    -- (Note [Adaptive spinning] in "Weft.Event.Internal.Spin"). The clock is read
     -- only when the loop runs dry and when a spell ends, never on the path
     -- of a busy dispatcher.
     loop policy spell holding spun = do
@@ -183,7 +183,7 @@ dispatcher mgr = do
 -- So when the polls run dry, the dispatcher may keep to non-blocking polls
 -- and 'yield's for a while (threads queued on its capability still run
 -- between polls) and only then block. How long is the spin policy's
--- window (Note [Adaptive spinning] in "Weft.Event.Spin"): at most
+-- window (Note [Adaptive spinning] in "Weft.Event.Internal.Spin"): at most
 -- @WEFT_SPIN_US@ microseconds (default 50; 0 gives the plain Mio loop),
 -- shorter while spins keep finding nothing, and only one dispatcher of
 -- the process spins at a time. @WEFT_SPIN_POLICY=fixed@ restores the

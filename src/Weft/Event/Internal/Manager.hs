@@ -6,7 +6,7 @@
 -- parts are "Weft.Event.Internal.Dispatcher" (the loop and the life
 -- cycle), "Weft.Event.Internal.Registry" (fd registrations, waits and
 -- watches), "Weft.Event.Internal.Timers" and "Weft.Event.Internal.Stats",
--- put together by "Weft.Event.Manager".
+-- put together by "Weft.Event.Internal.Core".
 --
 -- Note [Dispatcher states]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -61,12 +61,12 @@ import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
-import qualified Weft.Event.FdTable as FT
+import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
-import Weft.Event.Slot
+import Weft.Event.Internal.Slot
 import Weft.Internal.Counters
 import Weft.Internal.Error (managerShutDown)
-import qualified Weft.Timer.Wheel as W
+import qualified Weft.Timer.Internal.Wheel as W
 
 ------------------------------------------------------------------------------
 -- Types
@@ -84,7 +84,7 @@ data FdKey = FdKey
   } deriving (Eq, Show)
 
 -- | What a registration does when its fd is reported (Note [One
--- registration per fd] in "Weft.Event.Slot").
+-- registration per fd] in "Weft.Event.Internal.Slot").
 data Target
   = WakeCell !(MVar Event)
     -- ^ A blocked 'waitOn' (one-shot); filled under the slot lock.
@@ -135,7 +135,7 @@ instance Eq Manager where
   a == b = mgrId a == mgrId b
 
 -- | Names one timer: its manager, and its wheel entry and generation
--- ("Weft.Timer.Wheel"). A key outlives its timer harmlessly.
+-- ("Weft.Timer.Internal.Wheel"). A key outlives its timer harmlessly.
 data TimeoutKey = TimeoutKey !Manager {-# UNPACK #-} !Int {-# UNPACK #-} !Int
 
 instance Eq TimeoutKey where
@@ -157,7 +157,7 @@ sRunning, sBlocking, sWoken, sFinished :: Int
 sRunning = 0; sBlocking = 1; sWoken = 2; sFinished = 3
 
 -- | The spin token: 1 while some dispatcher of this process spins through
--- a dry spell (Note [Adaptive spinning] in "Weft.Event.Spin").
+-- a dry spell (Note [Adaptive spinning] in "Weft.Event.Internal.Spin").
 {-# NOINLINE spinToken #-}
 spinToken :: Counters
 spinToken = unsafePerformIO (newCounters 1)

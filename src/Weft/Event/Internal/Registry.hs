@@ -1,9 +1,9 @@
 {-# LANGUAGE BangPatterns #-}
 -- | A manager's fd registrations, one slot per fd holding all of them
--- (Note [One registration per fd] in "Weft.Event.Slot"): one-shot waits,
+-- (Note [One registration per fd] in "Weft.Event.Internal.Slot"): one-shot waits,
 -- callbacks, edge-triggered watches; arming the slot on the backend;
 -- closing registered fds; and the dispatcher's handler for what the
--- backend reports. Internal and unstable ("Weft.Event.Manager" is the
+-- backend reports. Internal and unstable ("Weft.Event.Internal.Core" is the
 -- façade).
 --
 -- Note [Reusable wait cells]
@@ -69,10 +69,10 @@ import Data.Word (Word32)
 import Foreign.C.Error (Errno, eBADF, ePERM, errnoToIOError)
 import System.Posix.Types (Fd (..))
 
-import qualified Weft.Event.FdTable as FT
+import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager
-import Weft.Event.Slot
+import Weft.Event.Internal.Slot
 import Weft.Internal.Counters
 import Weft.Internal.Error (invalidArgument)
 
@@ -110,7 +110,7 @@ withSlot slot change = mask_ $ do
 -- | The backend's handler: apply one reported event to its slot. A report
 -- of the edge-triggered arm goes to the edge-triggered registrations
 -- without the lock; the lock is taken only if another registration wants
--- it (Note [One registration per fd] in "Weft.Event.Slot"), or if the
+-- it (Note [One registration per fd] in "Weft.Event.Internal.Slot"), or if the
 -- state read shows another tag: the report may come from an arm whose
 -- state is not published yet, and the lock waits for it.
 onEvent :: Manager -> EventHandler
@@ -355,7 +355,7 @@ waitSTMOn mgr ev fd = do
 -- once; 'MultiShot' ones are level-triggered and fire after every poll that
 -- finds the fd ready, until 'unregisterFd'. Any number of registrations,
 -- waits and watches may share an fd (Note [One registration per fd] in
--- "Weft.Event.Slot"). The callback runs on the dispatcher thread (see
+-- "Weft.Event.Internal.Slot"). The callback runs on the dispatcher thread (see
 -- 'IOCallback'); it receives 'evtClose' if the fd is closed through weft.
 -- Throws an 'IOError' if the fd cannot be watched: @EBADF@ for an invalid fd,
 -- @EPERM@ for a regular file under epoll.
@@ -439,7 +439,7 @@ closeFdOn mgrs close fd = mask_ $ do
 -- @EAGAIN@ and the take) makes the take return at once, so no edge is lost.
 -- A token left over from an edge that a syscall already consumed costs one
 -- extra @EAGAIN@ and nothing else; so does a report caused by another
--- registration's arm (Note [One registration per fd] in "Weft.Event.Slot").
+-- registration's arm (Note [One registration per fd] in "Weft.Event.Internal.Slot").
 -- The edge that an fd already ready at registration needs is given by the
 -- arm, which reports readiness at once.
 --

@@ -8,7 +8,7 @@ module Weft.Event.Internal.Stats
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Internal.Counters
-import qualified Weft.Timer.Wheel as W
+import qualified Weft.Timer.Internal.Wheel as W
 
 -- | A snapshot of a manager's counters. All counts are since the manager
 -- started.

@@ -1,4 +1,4 @@
--- | A manager's timers: a timing wheel ("Weft.Timer.Wheel") of callbacks
+-- | A manager's timers: a timing wheel ("Weft.Timer.Internal.Wheel") of callbacks
 -- and sleeps, expired by the dispatcher, which sleeps no longer than the
 -- next deadline. Internal and unstable ("Weft.Timer" is the façade).
 module Weft.Event.Internal.Timers
@@ -24,7 +24,7 @@ import GHC.Clock (getMonotonicTimeNSec)
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Internal.Counters
-import qualified Weft.Timer.Wheel as W
+import qualified Weft.Timer.Internal.Wheel as W
 
 -- Note [Waking the dispatcher for a timer]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -2,7 +2,7 @@
 -- timer wheel and a dispatcher thread pinned to one capability. This
 -- module puts the parts together for weft's own modules; users import
 -- "Weft.Event", "Weft.Timer" and "Weft". Internal and unstable.
-module Weft.Event.Manager
+module Weft.Event.Internal.Core
   ( -- * Managers
     Manager
   , newManager

@@ -1,9 +1,10 @@
 -- | The device interface every packet backend implements: ixy's
 -- @ixy_device@ as a record of functions.
+-- Internal and unstable: import "Weft.Packet", which re-exports what users need.
 --
 -- Ownership of buffers (Note [Batch ownership]) is the contract that keeps
 -- pools leak-free, so every backend and every application follows it.
-module Weft.Packet.Device
+module Weft.Packet.Internal.Device
   ( QueueId
   , Device (..)
   , DeviceStats (..)
@@ -14,8 +15,8 @@ module Weft.Packet.Device
 
 import Control.Exception (Exception)
 import Data.Word (Word64)
-import Weft.Packet.Headers (MacAddress)
-import Weft.Packet.MemPool (BufferArray, MemPool)
+import Weft.Packet.Internal.Headers (MacAddress)
+import Weft.Packet.Internal.MemPool (BufferArray, MemPool)
 
 -- Note [Batch ownership]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -33,7 +34,7 @@ import Weft.Packet.MemPool (BufferArray, MemPool)
 -- whenever the ring is full.
 --
 -- Both calls never block: an empty queue gives 0, a full ring takes 0.
--- Waiting is waitRx's job (see Weft.Packet.Hybrid).
+-- Waiting is waitRx's job (see Weft.Packet.Internal.Hybrid).
 
 -- | A queue index, from 0.
 type QueueId = Int

@@ -1,6 +1,7 @@
 {-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
 -- | Backend A of "Weft.Packet": real traffic over Linux @AF_PACKET@
 -- memory-mapped rings (kernel Documentation/networking/packet_mmap.rst).
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Each queue is one packet socket bound to the interface with a
 -- @TPACKET_V2@ receive ring and a @TPACKET_V2@ transmit ring in one
@@ -37,7 +38,7 @@
 -- in 'txBatch''s result (the caller no longer owns it), not in
 -- 'statTxPackets', and in 'afpTxInvalid'. Nothing of this kind ever
 -- reaches the kernel, so it cannot stall the ring.
-module Weft.Packet.AfPacket
+module Weft.Packet.Internal.AfPacket
   ( -- * Configuration
     AfPacketConfig (..)
   , RxVersion (..)
@@ -69,9 +70,9 @@ import GHC.Exts (RealWorld)
 import System.Posix.Types (CSsize (..), Fd (..))
 
 import qualified Weft
-import Weft.Packet.Device
-import Weft.Packet.Headers (MacAddress (..))
-import Weft.Packet.MemPool
+import Weft.Packet.Internal.Device
+import Weft.Packet.Internal.Headers (MacAddress (..))
+import Weft.Packet.Internal.MemPool
 
 -- Note [Ring status handshake]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~

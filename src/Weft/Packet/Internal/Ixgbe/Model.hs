@@ -1,7 +1,8 @@
 {-# LANGUAGE BangPatterns #-}
 -- | A software Intel 82599: the register file and DMA engine behaviour
--- that weft's ixgbe driver ("Weft.Packet.Ixgbe") relies on, so that the
+-- that weft's ixgbe driver ("Weft.Packet.Internal.Ixgbe") relies on, so that the
 -- driver can run, and be tested and measured, without the hardware.
+-- Internal and unstable: import "Weft.Packet", which re-exports what users need.
 --
 -- One model is one port with one receive and one transmit queue (queue
 -- 0). What it does:
@@ -45,7 +46,7 @@
 -- made, as with a real device's posted writes. The statistics, which both
 -- sides change (the engine counts, a driver's read clears), are atomic
 -- counters.
-module Weft.Packet.Ixgbe.Model
+module Weft.Packet.Internal.Ixgbe.Model
   ( -- * Models
     Model
   , ModelConfig (..)
@@ -85,10 +86,10 @@ import GHC.Exts (RealWorld)
 
 import qualified Weft
 import Weft.Internal.Counters
-import Weft.Packet.Device (Device (..))
-import Weft.Packet.Headers (MacAddress (..))
-import Weft.Packet.Ixgbe.Registers
-import Weft.Packet.MemPool
+import Weft.Packet.Internal.Device (Device (..))
+import Weft.Packet.Internal.Headers (MacAddress (..))
+import Weft.Packet.Internal.Ixgbe.Registers
+import Weft.Packet.Internal.MemPool
 
 -- | A fault to inject.
 data Fault

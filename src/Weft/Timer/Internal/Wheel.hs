@@ -1,5 +1,6 @@
 {-# LANGUAGE ScopedTypeVariables #-}
 -- | A hierarchical timing wheel: the timer queue of one capability's manager.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Time is counted in ticks of 'tickNs' nanoseconds (16.384 µs). The wheel
 -- has 'levels' levels of 64 slots; a slot of level @l@ spans @64^l@ ticks,
@@ -39,7 +40,7 @@
 -- firing. So a tickle is two array writes, and a timer that is tickled a
 -- thousand times before its slot comes due is moved once. Moving a timer
 -- earlier relinks it at once.
-module Weft.Timer.Wheel
+module Weft.Timer.Internal.Wheel
   ( Wheel
   , new
     -- * Time

@@ -1,5 +1,6 @@
 {-# LANGUAGE BangPatterns #-}
 -- | Packet buffer pools: ixy's mempool in weft's Haskell.
+-- Internal and unstable: import "Weft.Packet", which re-exports what users need.
 --
 -- A 'MemPool' is one mapping of fixed 2048-byte buffers ('bufferSize').
 -- Each buffer starts with a 64-byte header; the packet bytes start at
@@ -13,7 +14,7 @@
 -- every buffer freed to it came from it and is not already free; these
 -- checks throw 'PoolError'. Without 'poolDebug' the checks are off and a
 -- misuse corrupts the pool silently, as it would in ixy.
-module Weft.Packet.MemPool
+module Weft.Packet.Internal.MemPool
   ( -- * Pools
     MemPool
   , PoolConfig (..)
@@ -214,7 +215,7 @@ newMemPool cfg = do
   when (n < 1) $ ioError (invalidArgument "newMemPool" "poolSize must be at least 1")
   huge <- if poolHuge cfg then hugePagesConfigured else pure False
   (base, backing) <- alloca $ \pb -> do
-    p <- throwErrnoIfNull "Weft.Packet.MemPool.newMemPool (mmap)" $
+    p <- throwErrnoIfNull "Weft.Packet.Internal.MemPool.newMemPool (mmap)" $
            c_weft_pkt_map (fromIntegral (n * bufferSize)) (if huge then 1 else 0) pb
     b <- peek pb
     pure (castPtr p, toBacking b)
@@ -473,7 +474,7 @@ data DmaMemory = DmaMemory
 newDmaMemory :: Int -> IO DmaMemory
 newDmaMemory n = alloca $ \pb -> do
   huge <- hugePagesConfigured
-  p <- throwErrnoIfNull "Weft.Packet.MemPool.newDmaMemory (mmap)" $
+  p <- throwErrnoIfNull "Weft.Packet.Internal.MemPool.newDmaMemory (mmap)" $
          c_weft_pkt_map (fromIntegral n) (if huge then 1 else 0) pb
   DmaMemory (castPtr p) n <$> peek pb
 

@@ -1,5 +1,6 @@
 -- | Choosing and opening a backend.
-module Weft.Event.Backend
+-- Internal and unstable: weft's own modules and tests use it.
+module Weft.Event.Internal.Backend
   ( BackendKind (..)
   , newBackend
   , defaultBackendKind
@@ -9,10 +10,10 @@ module Weft.Event.Backend
 
 import System.Environment (lookupEnv)
 
-import qualified Weft.Event.Backend.EPoll as EPoll
-import Weft.Event.Backend.Poll (newPollBackend)
+import qualified Weft.Event.Internal.Backend.EPoll as EPoll
+import Weft.Event.Internal.Backend.Poll (newPollBackend)
 import Weft.Event.Internal
-import Weft.Event.Wakeup (WakeupKind (..))
+import Weft.Event.Internal.Wakeup (WakeupKind (..))
 import Weft.Internal.Error (invalidArgument)
 
 -- | Open a backend of the given kind, with an eventfd wakeup channel (a pipe

@@ -1,15 +1,16 @@
 {-# LANGUAGE CApiFFI #-}
 -- | The channel a manager's dispatcher is woken through: an eventfd, or a
 -- pipe where eventfd is missing.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [Coalesced wakeups]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~
 -- Writers never write more than once per blocking poll: the manager only
 -- signals after winning the Blocking -> Woken transition of its dispatcher
--- state (see Note [Dispatcher states] in "Weft.Event.Manager"). Whatever
+-- state (see Note [Dispatcher states] in "Weft.Event.Internal.Core"). Whatever
 -- was written, one 'drainWakeup' resets it: an eventfd read returns and
 -- clears the whole counter, and a pipe is read until it is empty.
-module Weft.Event.Wakeup
+module Weft.Event.Internal.Wakeup
   ( Wakeup
   , WakeupKind (..)
   , newWakeup

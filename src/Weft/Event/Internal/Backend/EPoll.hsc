@@ -1,5 +1,6 @@
 {-# LANGUAGE CApiFFI, BangPatterns #-}
 -- | The Linux epoll backend, weft's default.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [Arming with a known flag]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -17,7 +18,7 @@
 -- The event data carries the fd in its low 32 bits and the slot's generation
 -- tag in its high 32 bits, so an event armed before a 'Weft.closeFdWith' is
 -- recognised as stale after it.
-module Weft.Event.Backend.EPoll
+module Weft.Event.Internal.Backend.EPoll
   ( newEPollBackend
   , available
   ) where
@@ -34,7 +35,7 @@ import Foreign.Storable (peekByteOff)
 import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
-import Weft.Event.Wakeup
+import Weft.Event.Internal.Wakeup
 import Weft.Internal.Counters (addCounter, newCounters, readCounter)
 
 #include <sys/epoll.h>

@@ -1,6 +1,7 @@
 {-# LANGUAGE BangPatterns, MagicHash, UnliftedFFITypes #-}
 -- | weft's socket: an fd, its close guard, and how its threads wait. The
 -- syscalls themselves are in @cbits/weft_net.c@.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [Socket waits]
 -- ~~~~~~~~~~~~~~~~~~~
@@ -23,7 +24,7 @@
 -- and closes the fd through the managers, which ends its watch and every
 -- other registration of it: the blocked threads wake, and their retried
 -- syscalls fail. A thread blocked in a wait holds no guard.
-module Weft.Net.Socket
+module Weft.Net.Internal.Socket
   ( Socket
   , socketFd
   , newSocket
@@ -81,8 +82,8 @@ import GHC.IO.Exception (IOErrorType (..))
 import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal (evtRead, evtWrite)
-import Weft.Event.Manager
-import Weft.Event.System (getSystemManager, systemManagers)
+import Weft.Event.Internal.Core
+import Weft.Event.Internal.System (getSystemManager, systemManagers)
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
 

@@ -1,5 +1,6 @@
 -- | An fd-indexed table of slots, created on first use and kept for the
 -- life of the table.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [FdTable concurrency]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -10,7 +11,7 @@
 -- new array, so a thread still holding the old array finds the same slots
 -- there: no slot ever exists twice for one fd. Creation is rare (once per fd
 -- number over the table's life), so the lock is off the hot path.
-module Weft.Event.FdTable
+module Weft.Event.Internal.FdTable
   ( FdTable
   , new
   , lookup

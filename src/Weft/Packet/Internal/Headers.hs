@@ -1,13 +1,14 @@
 {-# LANGUAGE BangPatterns #-}
 -- | Reading and writing Ethernet, IPv4 and UDP headers in place, and the
 -- Internet checksum.
+-- Internal and unstable: import "Weft.Packet", which re-exports what users need.
 --
 -- Everything works on a 'Ptr' to the first byte of an Ethernet frame (for
--- a buffer, 'Weft.Packet.MemPool.bufferData'); multi-byte fields are in
+-- a buffer, 'Weft.Packet.Internal.MemPool.bufferData'); multi-byte fields are in
 -- network byte order on the wire and host values here. Nothing checks
 -- bounds: the caller knows the frame is long enough ('udpPayloadOffset'
 -- bytes for the headers).
-module Weft.Packet.Headers
+module Weft.Packet.Internal.Headers
   ( -- * Addresses
     MacAddress (..)
   , showMac

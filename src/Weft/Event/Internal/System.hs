@@ -1,4 +1,5 @@
 -- | The system managers: one per capability, made on first use.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [System managers and capabilities]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -9,7 +10,7 @@
 -- waits registered with them. When it grows again, each dispatcher returns to
 -- its own capability after its next blocking poll; weft's 'setNumCapabilities'
 -- wakes them so that happens at once.
-module Weft.Event.System
+module Weft.Event.Internal.System
   ( getSystemManager
   , startSystemManagers
   , systemManagers
@@ -28,9 +29,9 @@ import Data.Primitive.Array
 import qualified GHC.Conc as Conc
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Event.Backend (backendKindFromEnv)
+import Weft.Event.Internal.Backend (backendKindFromEnv)
 import Weft.Event.Internal (BackendKind)
-import Weft.Event.Manager
+import Weft.Event.Internal.Core
 import Weft.Internal.Error (unsupported)
 
 {-# NOINLINE systemRef #-}

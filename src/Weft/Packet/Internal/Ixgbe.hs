@@ -2,9 +2,10 @@
 -- | weft's driver for the Intel 82599 (ixgbe): one receive and one
 -- transmit queue with advanced descriptors, written against a
 -- 'RegisterWindow' and DMA memory, in the style of ixy's driver.
+-- Internal and unstable: import "Weft.Packet", which re-exports what users need.
 --
--- It runs against the software model of "Weft.Packet.Ixgbe.Model";
--- "Weft.Packet.Ixgbe.Registers" says what real hardware would need
+-- It runs against the software model of "Weft.Packet.Internal.Ixgbe.Model";
+-- "Weft.Packet.Internal.Ixgbe.Registers" says what real hardware would need
 -- (VFIO), which is not available here.
 --
 -- Note [Ixgbe buffer ownership]
@@ -27,7 +28,7 @@
 --
 -- 'closeDevice' stops both queues and frees every buffer the rings hold,
 -- so after it each pool is back to what its users hold.
-module Weft.Packet.Ixgbe
+module Weft.Packet.Internal.Ixgbe
   ( IxgbeConfig (..)
   , defaultIxgbeConfig
   , openIxgbe
@@ -48,10 +49,10 @@ import GHC.Exts (RealWorld)
 import Numeric (showHex)
 
 import qualified Weft
-import Weft.Packet.Device
-import Weft.Packet.Headers (MacAddress (..))
-import Weft.Packet.Ixgbe.Registers
-import Weft.Packet.MemPool
+import Weft.Packet.Internal.Device
+import Weft.Packet.Internal.Headers (MacAddress (..))
+import Weft.Packet.Internal.Ixgbe.Registers
+import Weft.Packet.Internal.MemPool
 import Weft.Internal.Error (invalidArgument)
 
 -- | How the driver sets a port up.
@@ -141,7 +142,7 @@ openIxgbe cfg name win = do
       b <- readBuffer (rBufs rx) i
       armRx (rDesc rx) i b
     wr regRdh 0
-    -- Note [The RDT off-by-one] in Weft.Packet.Ixgbe.Model.
+    -- Note [The RDT off-by-one] in Weft.Packet.Internal.Ixgbe.Model.
     wr regRdt (fromIntegral (n - 1))
     -- Transmit: CRC appended by the device, one ring, transmit DMA on.
     setBits regHlreg0 hlreg0TxCrcEn
@@ -164,7 +165,7 @@ openIxgbe cfg name win = do
   lastPool <- newIORef pool
   closed <- newIORef False
   let queue0 what q = when (q /= 0) $
-        ioError (invalidArgument "Weft.Packet.Ixgbe" (name ++ " has one " ++ what ++ " queue, not queue " ++ show q))
+        ioError (invalidArgument "Weft.Packet.Internal.Ixgbe" (name ++ " has one " ++ what ++ " queue, not queue " ++ show q))
   pure Device
     { deviceName = name
     , rxQueueCount = 1

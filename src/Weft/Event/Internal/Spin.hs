@@ -40,11 +40,11 @@
 -- length includes the wakeup latency, so they would look long whatever
 -- the load. A cap of 0 turns spinning off.
 --
--- And across capabilities ('Weft.Event.Manager'), at most one dispatcher
+-- And across capabilities ('Weft.Event.Internal.Core'), at most one dispatcher
 -- spins at a time: a second one that runs dry blocks at once. Two
 -- spinning dispatchers keep both cores of a small machine busy.
 
-module Weft.Event.Spin
+module Weft.Event.Internal.Spin
   ( SpinPolicy
   , spinAdaptive
   , spinCap

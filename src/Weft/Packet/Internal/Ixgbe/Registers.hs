@@ -1,5 +1,6 @@
 -- | The Intel 82599 (ixgbe) registers and descriptor formats weft's
 -- driver uses, and the register window it is written against.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Offsets are in bytes from the start of BAR0, as in the 82599
 -- datasheet; only queue 0's registers are named, which is all the driver
@@ -10,9 +11,9 @@
 -- (or UIO), and the descriptor rings and buffers must be in memory the
 -- IOMMU maps for the device. weft does not set either up: this VM has no
 -- VFIO, no UIO and no way to load kernel modules, so the driver runs
--- against the software model of "Weft.Packet.Ixgbe.Model" only. A
+-- against the software model of "Weft.Packet.Internal.Ixgbe.Model" only. A
 -- 'RegisterWindow' over a mapped BAR0 is all real hardware would add.
-module Weft.Packet.Ixgbe.Registers
+module Weft.Packet.Internal.Ixgbe.Registers
   ( -- * The register window
     RegisterWindow (..)
     -- * Registers

@@ -1,6 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
 -- | The per-core event queues of a colored runtime (Mely §4.1), and the
 -- single per-core event list of the Libasync-smp baseline (§2.1).
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Everything about a color lives in unboxed arrays indexed by the color:
 -- which core owns it, its queued events, their summed cost, and its links
@@ -35,7 +36,7 @@
 -- which is O(1); a thief takes from the fullest bucket. The steal cost
 -- moves as it is measured, so a color's bucket may be slightly stale: the
 -- thief checks the work against the current cost before it steals.
-module Weft.Color.Queues
+module Weft.Color.Internal.Queues
   ( Queues
   , Layout (..)
   , Ev (..)

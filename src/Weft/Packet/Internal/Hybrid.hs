@@ -1,6 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
 -- | ixy's hybrid receive rule: poll while a queue is busy, block in weft's
 -- I/O manager while it is idle.
+-- Internal and unstable: import "Weft.Packet", which re-exports what users need.
 --
 -- Note [The hybrid rule]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -23,7 +24,7 @@
 -- blocking, so another queue's thread on the same capability runs.
 -- Reading the clock costs about 20 ns; it is read once per batch, which
 -- is less than a nanosecond per packet at the batch sizes that matter.
-module Weft.Packet.Hybrid
+module Weft.Packet.Internal.Hybrid
   ( HybridConfig (..)
   , defaultHybridConfig
   , Hybrid
@@ -39,8 +40,8 @@ import Control.Monad (when)
 import Data.Primitive.PrimArray
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Exts (RealWorld)
-import Weft.Packet.Device
-import Weft.Packet.MemPool (BufferArray)
+import Weft.Packet.Internal.Device
+import Weft.Packet.Internal.MemPool (BufferArray)
 
 -- | The rule's parameters (Note [The hybrid rule]).
 data HybridConfig = HybridConfig

@@ -2,6 +2,7 @@
 -- | The state of one fd in one manager, and its transitions. Pure, so the
 -- rules can be tested against a model; the manager applies them while it
 -- holds the slot's lock.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [One registration per fd]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -25,7 +26,7 @@
 --
 -- So any two users of one fd work together, and a fd closed through weft
 -- ends them all at once.
-module Weft.Event.Slot
+module Weft.Event.Internal.Slot
   ( Reg (..)
   , SlotState (..)
   , emptySlotState

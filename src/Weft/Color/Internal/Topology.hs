@@ -2,11 +2,12 @@
 -- (Mely §3.1). A topology is read from Linux's @/sys@ at start-up, or made
 -- up, so that tests and benchmarks can simulate a bigger machine than the
 -- one they run on.
+-- Internal and unstable: import "Weft.Color", which re-exports it.
 --
 -- Worker @i@ of a runtime is taken to run on CPU @i@. weft does not pin
 -- capabilities to CPUs (that is the job of @taskset@ or @+RTS -qa@), so on
 -- an unpinned process the order is a hint, not a guarantee.
-module Weft.Color.Topology
+module Weft.Color.Internal.Topology
   ( Topology
   , fromCacheGroups
   , flatTopology

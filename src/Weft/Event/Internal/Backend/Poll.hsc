@@ -1,6 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
 -- | The portable @poll(2)@ backend: the fallback where epoll is missing, and
 -- run by the test suite next to epoll.
+-- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [Emulated one-shot]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~
@@ -13,7 +14,7 @@
 --
 -- Arms made while a poll blocks are invisible to it, so the manager wakes
 -- the dispatcher after each arm ('backendWakeOnArm').
-module Weft.Event.Backend.Poll
+module Weft.Event.Internal.Backend.Poll
   ( newPollBackend
   ) where
 
@@ -31,7 +32,7 @@ import Foreign.Storable (pokeByteOff, peekByteOff)
 import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
-import Weft.Event.Wakeup
+import Weft.Event.Internal.Wakeup
 
 #include <poll.h>
 #include <fcntl.h>
