@@ -18,7 +18,7 @@ SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin
 
-.PHONY: all deps build test bench clean
+.PHONY: all deps build test bench clean portable
 
 all: build
 
@@ -40,12 +40,22 @@ build: deps
 	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
 	$(MAKE) -s -C bench/c OUT=$(BIN)
 
-test: build
+test: build portable
 	$(BIN)/weft-test +RTS -N2 -RTS
 	$(BIN)/weft-warp-test +RTS -N2 -RTS
+
+# The portable core: the library and three servers built without the
+# Linux-only parts (cabal flag portable: no epoll, eventfd, AF_PACKET,
+# accept4, sendfile, recvmmsg), as on another POSIX system, in their own
+# build directory; then each server answers on the poll backend.
+PORTABLE := $(CABAL) --builddir=$(CURDIR)/dist-portable
+PORTABLE_EXES := weft-pong weft-sws weft-kv
+portable: deps
+	$(PORTABLE) v2-build -f portable lib:weft $(addprefix exe:,$(PORTABLE_EXES)) --offline
+	scripts/portable-smoke $(foreach e,$(PORTABLE_EXES),$$($(PORTABLE) list-bin -f portable --offline $(e)))
 
 bench: build
 	$(BIN)/weft-bench all
 
 clean:
-	rm -rf dist-newstyle $(CABAL_HOME) bench-results
+	rm -rf dist-newstyle dist-portable $(CABAL_HOME) bench-results

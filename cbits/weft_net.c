@@ -10,18 +10,34 @@
  * window between taking the guard and releasing it.
  *
  * All functions return a non-negative result, or -errno.
+ *
+ * With WEFT_LINUX (set by weft.cabal on Linux) they use Linux's accept4,
+ * SOCK_NONBLOCK, MSG_MORE, sendfile and recvmmsg; without it, the POSIX
+ * equivalents (fcntl after accept and socket, a copy through a buffer for
+ * sendfile, a loop of recvfrom), which is what another POSIX system gets.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#ifdef WEFT_LINUX
+#include <sys/sendfile.h>
+#endif
+
+#ifndef MSG_NOSIGNAL
+#define MSG_NOSIGNAL 0
+#endif
+#if !defined(WEFT_LINUX) || !defined(MSG_MORE)
+#undef MSG_MORE
+#define MSG_MORE 0
+#endif
 
 enum { G_USE = 0, G_ACTIVITY = 1, G_TRACK = 2, G_MIN_RECV = 4, G_RECV_ACC = 5 };
 
@@ -102,15 +118,52 @@ long weft_net_sendv(int64_t *g, int fd, struct iovec *iov, int count, int more)
 
 /* One sendfile(2) of at most count bytes of file, from offset, to the
  * socket. The file is not guarded: its owner keeps it open for the call. */
+#ifdef WEFT_LINUX
 long weft_net_sendfile(int64_t *g, int fd, int file, int64_t offset, size_t count)
 {
     off_t off = (off_t)offset;
     GUARDED(g, sendfile(fd, file, &off, count));
 }
+#else
+/* Without sendfile: one pread into a buffer and one send of what was read
+ * (the caller loops, as it does over sendfile's short writes). */
+static long copy_file_chunk(int fd, int file, int64_t offset, size_t count)
+{
+    char buf[65536];
+    ssize_t n = pread(file, buf, count < sizeof buf ? count : sizeof buf, (off_t)offset);
+    if (n <= 0) return n;
+    return send(fd, buf, (size_t)n, MSG_NOSIGNAL);
+}
+
+long weft_net_sendfile(int64_t *g, int fd, int file, int64_t offset, size_t count)
+{
+    GUARDED(g, copy_file_chunk(fd, file, offset, count));
+}
+#endif
+
+/* Make a new fd non-blocking and close-on-exec; -errno (and the fd closed)
+ * on failure. */
+static int set_nonblock_cloexec(int fd)
+{
+    int fl;
+    if (fd < 0) return fd;
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
 
 long weft_net_accept(int64_t *g, int fd, struct sockaddr *addr, socklen_t *len)
 {
+#ifdef WEFT_LINUX
     GUARDED(g, accept4(fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC));
+#else
+    GUARDED(g, set_nonblock_cloexec(accept(fd, addr, len)));
+#endif
 }
 
 long weft_net_connect(int64_t *g, int fd, const struct sockaddr *addr, socklen_t len)
@@ -135,10 +188,12 @@ long weft_net_recvfrom(int64_t *g, int fd, void *buf, size_t len,
     GUARDED_AS(g, 1, recvfrom(fd, buf, len, 0, addr, alen));
 }
 
-/* Receive up to count datagrams with one recvmmsg. Datagram i goes to
- * bufs + i * size; its length to lens[i]; its source to
- * addrs + i * sizeof(struct sockaddr_storage). Returns how many came. */
+/* Receive up to count datagrams with one recvmmsg (a loop of recvfrom
+ * without WEFT_LINUX). Datagram i goes to bufs + i * size; its length to
+ * lens[i]; its source to addrs + i * sizeof(struct sockaddr_storage).
+ * Returns how many came. */
 #define WEFT_MAX_BATCH 64
+#ifdef WEFT_LINUX
 long weft_net_recvmany(int64_t *g, int fd, char *bufs, int size, int count,
                        int *lens, char *addrs)
 {
@@ -164,12 +219,38 @@ long weft_net_recvmany(int64_t *g, int fd, char *bufs, int size, int count,
         lens[i] = (int)msgs[i].msg_len;
     return r;
 }
+#else
+long weft_net_recvmany(int64_t *g, int fd, char *bufs, int size, int count,
+                       int *lens, char *addrs)
+{
+    long r = 0;
+    if (count > WEFT_MAX_BATCH) count = WEFT_MAX_BATCH;
+    if (!enter(g)) return -EBADF;
+    while (r < count) {
+        socklen_t alen = sizeof(struct sockaddr_storage);
+        ssize_t n = recvfrom(fd, bufs + (size_t)r * (size_t)size, (size_t)size, 0,
+                             (struct sockaddr *)(addrs + (size_t)r * sizeof(struct sockaddr_storage)),
+                             &alen);
+        if (n < 0) {
+            if (r == 0) r = -errno;
+            break;
+        }
+        lens[r++] = (int)n;
+    }
+    leave(g, r);
+    return r;
+}
+#endif
 
 /* Opening and setting up sockets: no guard, the socket is not shared yet. */
 
 long weft_net_socket(int family, int type)
 {
+#ifdef WEFT_LINUX
     int fd = socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+#else
+    int fd = set_nonblock_cloexec(socket(family, type, 0));
+#endif
     return fd < 0 ? -errno : fd;
 }
 

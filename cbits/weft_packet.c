@@ -11,12 +11,26 @@
 
 #define WEFT_HUGE_PAGE (2u << 20)
 
+/* Huge pages and pre-faulting are Linux's; elsewhere a pool is plain
+ * anonymous memory, locked. */
+#ifndef MAP_POPULATE
+#define MAP_POPULATE 0
+#endif
+#if !defined(WEFT_LINUX) || !defined(MAP_HUGETLB)
+#undef MAP_HUGETLB
+#define MAP_HUGETLB 0
+#define WEFT_NO_HUGE_PAGES 1
+#endif
+
 /* Maps len bytes. *backing is set to 1 for huge pages, 2 for locked
  * anonymous memory, 3 for anonymous memory that could not be locked.
  * Returns NULL with errno set when nothing could be mapped. */
 void *weft_pkt_map(size_t len, int want_huge, int *backing)
 {
     void *p;
+#ifdef WEFT_NO_HUGE_PAGES
+    want_huge = 0;
+#endif
     if (want_huge) {
         size_t huge_len = (len + WEFT_HUGE_PAGE - 1) & ~((size_t)WEFT_HUGE_PAGE - 1);
         p = mmap(NULL, huge_len, PROT_READ | PROT_WRITE,

@@ -48,7 +48,7 @@ main = do
     Test.AfPacket.spec
     Test.Ixgbe.spec
     Test.PacketApps.spec
-    forM_ [minBound .. maxBound] $ \kind ->
+    forM_ E.availableBackendKinds $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do
           Test.Waits.spec kind

@@ -20,6 +20,7 @@ module Weft.Event
   , BackendKind (..)
   , backendKindName
   , parseBackendKind
+  , availableBackendKinds
   , setSystemBackend
   , systemBackendKind
     -- * Events
@@ -45,7 +46,7 @@ module Weft.Event
 
 import System.Posix.Types (Fd)
 
-import Weft.Event.Internal.Backend (parseBackendKind)
+import Weft.Event.Internal.Backend (availableBackendKinds, parseBackendKind)
 import Weft.Event.Internal
 import Weft.Event.Internal.Core
 import Weft.Event.Internal.System

@@ -1,3 +1,4 @@
+{-# LANGUAGE CPP #-}
 -- | User-space packet I/O in the style of ixy: devices with batched,
 -- non-blocking receive and transmit queues over pools of fixed-size
 -- buffers.
@@ -46,7 +47,9 @@ module Weft.Packet
 import Control.Exception (onException, throwIO)
 import Data.Char (isDigit)
 
+#ifdef WEFT_LINUX
 import Weft.Packet.Internal.AfPacket (defaultAfPacketConfig, openAfPacket)
+#endif
 import Weft.Packet.Internal.Device
 import Weft.Packet.Internal.Headers
 import Weft.Packet.Internal.Hybrid
@@ -84,8 +87,19 @@ parseDeviceName name = case break (== ':') name of
 openDevice :: String -> IO Device
 openDevice name = case parseDeviceName name of
   Left why -> throwIO (BadDeviceName name why)
-  Right (AfPacketName ifname queues) -> openAfPacket defaultAfPacketConfig ifname queues
+  Right (AfPacketName ifname queues) -> openAfPacketDevice ifname queues
   Right (ModelName port opts) -> openModelDevice name port opts
+
+-- | An AF_PACKET device on the interface, with this many queues. AF_PACKET
+-- is Linux's: elsewhere (and in the @portable@ build) it throws
+-- 'DeviceInitFailed'.
+openAfPacketDevice :: String -> Int -> IO Device
+#ifdef WEFT_LINUX
+openAfPacketDevice = openAfPacket defaultAfPacketConfig
+#else
+openAfPacketDevice ifname _ =
+  throwIO (DeviceInitFailed ("afpacket:" ++ ifname) "AF_PACKET is Linux's; this build has the model device only")
+#endif
 
 -- | The model's options (see the module's description).
 data ModelOptions = ModelOptions { moWire :: Maybe String, moFault :: Maybe Model.Fault }
@@ -120,7 +134,7 @@ openModelDevice name port optText = case parseModelOptions optText of
     (wire, closeWire) <- case moWire opts of
       Nothing -> (\w -> (w, pure ())) <$> Model.loopWire 4096
       Just ifname -> do
-        dev <- openAfPacket defaultAfPacketConfig ifname 1
+        dev <- openAfPacketDevice ifname 1
         pool <- newMemPool defaultPoolConfig { poolSize = 1024 } `onException` closeDevice dev
         w <- Model.deviceWire dev pool
         pure (w, closeDevice dev)

@@ -1,4 +1,7 @@
--- | Choosing and opening a backend.
+{-# LANGUAGE CPP #-}
+-- | Choosing and opening a backend. epoll is compiled on Linux only
+-- (@WEFT_LINUX@, set by weft.cabal); elsewhere, and in the @portable@
+-- build, poll is the only backend.
 -- Internal and unstable: weft's own modules and tests use it.
 module Weft.Event.Internal.Backend
   ( BackendKind (..)
@@ -6,25 +9,45 @@ module Weft.Event.Internal.Backend
   , defaultBackendKind
   , backendKindFromEnv
   , parseBackendKind
+  , availableBackendKinds
   ) where
 
 import System.Environment (lookupEnv)
 
+#ifdef WEFT_LINUX
 import qualified Weft.Event.Internal.Backend.EPoll as EPoll
+#endif
 import Weft.Event.Internal.Backend.Poll (newPollBackend)
 import Weft.Event.Internal
 import Weft.Event.Internal.Wakeup (WakeupKind (..))
 import Weft.Internal.Error (invalidArgument)
+#ifndef WEFT_LINUX
+import Weft.Internal.Error (unsupported)
+#endif
 
 -- | Open a backend of the given kind, with an eventfd wakeup channel (a pipe
--- where eventfd is missing). Throws an 'IOError' if its fds cannot be had.
+-- where eventfd is missing). Throws an 'IOError' if its fds cannot be had,
+-- or (@UnsupportedOperation@) if this build has no such backend.
 newBackend :: BackendKind -> IO Backend
+#ifdef WEFT_LINUX
 newBackend EPollBackend = EPoll.newEPollBackend EventFdWakeup
+#else
+newBackend EPollBackend =
+  ioError (unsupported "newBackend" "this build has no epoll backend (it is Linux's); use poll")
+#endif
 newBackend PollBackend = newPollBackend EventFdWakeup
+
+-- | The backends this build has, the default first.
+availableBackendKinds :: [BackendKind]
+#ifdef WEFT_LINUX
+availableBackendKinds = [EPollBackend, PollBackend]
+#else
+availableBackendKinds = [PollBackend]
+#endif
 
 -- | epoll where available, else poll.
 defaultBackendKind :: BackendKind
-defaultBackendKind = if EPoll.available then EPollBackend else PollBackend
+defaultBackendKind = head availableBackendKinds
 
 -- | Parse @"epoll"@ or @"poll"@.
 parseBackendKind :: String -> Maybe BackendKind

@@ -1,13 +1,13 @@
 {-# LANGUAGE CApiFFI #-}
--- | The channel a manager's dispatcher is woken through: an eventfd, or a
--- pipe where eventfd is missing.
+-- | The channel a manager's dispatcher is woken through: an eventfd on
+-- Linux, else a pipe (@cbits/weft_wakeup.c@).
 -- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [Coalesced wakeups]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~
 -- Writers never write more than once per blocking poll: the manager only
 -- signals after winning the Blocking -> Woken transition of its dispatcher
--- state (see Note [Dispatcher states] in "Weft.Event.Internal.Core"). Whatever
+-- state (see Note [Dispatcher states] in "Weft.Event.Internal.Manager"). Whatever
 -- was written, one 'drainWakeup' resets it: an eventfd read returns and
 -- clears the whole counter, and a pipe is read until it is empty.
 module Weft.Event.Internal.Wakeup
@@ -23,17 +23,13 @@ module Weft.Event.Internal.Wakeup
 
 import Control.Monad (when, void)
 import Data.Word (Word64, Word8)
-import Foreign.C.Error (eAGAIN, getErrno, throwErrnoIfMinus1_, eINTR, throwErrno)
+import Foreign.C.Error (Errno (..), eAGAIN, eINTR, errnoToIOError, getErrno, throwErrno)
 import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Marshal.Alloc (allocaBytes, alloca)
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr, castPtr)
 import Foreign.Storable (poke)
 import System.Posix.Types (CSsize (..), Fd (..))
-
-#include <sys/eventfd.h>
-#include <fcntl.h>
-#include <unistd.h>
 
 -- | Which kernel object carries the wakeups.
 data WakeupKind = EventFdWakeup | PipeWakeup
@@ -49,16 +45,11 @@ data Wakeup = Wakeup
 -- to a pipe if the kernel has no eventfd. Both ends are non-blocking and
 -- close-on-exec. Throws an 'IOError' if no fd can be had (e.g. @EMFILE@).
 newWakeup :: WakeupKind -> IO Wakeup
-newWakeup EventFdWakeup = do
-  fd <- c_eventfd 0 (#{const EFD_NONBLOCK} + #{const EFD_CLOEXEC})
-  if fd >= 0
-    then return (Wakeup EventFdWakeup (Fd fd) (Fd fd))
-    else newWakeup PipeWakeup
-newWakeup PipeWakeup = allocaArray 2 $ \fds -> do
-  throwErrnoIfMinus1_ "weft: pipe2" $
-    c_pipe2 fds (#{const O_NONBLOCK} + #{const O_CLOEXEC})
-  [r, w] <- peekArray 2 fds
-  return (Wakeup PipeWakeup (Fd r) (Fd w))
+newWakeup kind = allocaArray 2 $ \fds -> do
+  r <- c_weft_wakeup_open fds (if kind == EventFdWakeup then 1 else 0)
+  when (r < 0) $ ioError (errnoToIOError "weft: newWakeup" (Errno (negate r)) Nothing Nothing)
+  [rd, wr] <- peekArray 2 fds
+  return (Wakeup (if r == 1 then EventFdWakeup else PipeWakeup) (Fd rd) (Fd wr))
 
 -- | Make the read end readable. Never blocks: a full pipe is already readable.
 signalWakeup :: Wakeup -> IO ()
@@ -92,10 +83,8 @@ closeWakeup w = do
   void (c_close (wakeupReadFd w))
   when (wakeupWriteFd w /= wakeupReadFd w) $ void (c_close (wakeupWriteFd w))
 
-foreign import ccall unsafe "sys/eventfd.h eventfd"
-  c_eventfd :: CInt -> CInt -> IO CInt
-foreign import ccall unsafe "unistd.h pipe2"
-  c_pipe2 :: Ptr CInt -> CInt -> IO CInt
+foreign import ccall unsafe "weft_wakeup_open"
+  c_weft_wakeup_open :: Ptr CInt -> CInt -> IO CInt
 foreign import ccall unsafe "unistd.h write"
   c_write :: Fd -> Ptr Word8 -> CSize -> IO CSsize
 foreign import ccall unsafe "unistd.h read"

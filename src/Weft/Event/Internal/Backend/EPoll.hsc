@@ -20,7 +20,6 @@
 -- recognised as stale after it.
 module Weft.Event.Internal.Backend.EPoll
   ( newEPollBackend
-  , available
   ) where
 
 import Control.Monad (when)
@@ -39,10 +38,6 @@ import Weft.Event.Internal.Wakeup
 import Weft.Internal.Counters (addCounter, newCounters, readCounter)
 
 #include <sys/epoll.h>
-
--- | Whether this build has epoll.
-available :: Bool
-available = True
 
 -- | Events fetched per @epoll_wait@; the rest wait for the next poll.
 eventBufferSize :: Int
