@@ -1,7 +1,9 @@
 {-# LANGUAGE BangPatterns #-}
 -- | The per-core event queues of a colored runtime (Mely §4.1), and the
 -- single per-core event list of the Libasync-smp baseline (§2.1).
--- Internal and unstable: weft's own modules and tests use it.
+-- Internal and unstable: weft's own modules and tests use it. Over 600
+-- lines because the arrays, the lists threaded through them and the locks
+-- share the invariants of the Notes below, which are read together.
 --
 -- Everything about a color lives in unboxed arrays indexed by the color:
 -- which core owns it, its queued events, their summed cost, and its links
