@@ -73,5 +73,8 @@ module Weft.Net
   , byteAt
   ) where
 
+import Weft.Internal.Bytes (byteAt)
 import Weft.Net.Internal.Calls
 import Weft.Net.Internal.Serve
+import Weft.Net.Internal.Socket (Socket, close, isIdleTimeoutError, setIdleTimeout, setMinimumReceive,
+                                 socketFd, trackProgress)

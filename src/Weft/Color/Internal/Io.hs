@@ -2,18 +2,9 @@
 -- | Colored I/O: one-shot readiness events ('onReadable'), persistent
 -- watches ('FdWatch'), and "Weft.Net" sockets watched and closed
 -- gracefully as colored events ("Weft.Color" is the façade).
--- Internal and unstable: import "Weft.Color".
-module Weft.Color.Internal.Io
-  ( onReadable
-  , onWritable
-  , FdWatch
-  , watchFd
-  , rearmRead
-  , rearmWrite
-  , unwatchFd
-  , watchSocket
-  , lingerClose
-  ) where
+-- Internal and unstable (everything is exported; the façade picks the
+-- API): import "Weft.Color".
+module Weft.Color.Internal.Io where
 
 import Control.Exception hiding (Handler)
 import Control.Monad

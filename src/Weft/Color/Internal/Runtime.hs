@@ -2,33 +2,9 @@
 -- | The colored runtime: colors, handlers, configuration, the workers and
 -- their stealing, posting, shutdown and statistics ("Weft.Color" is the
 -- façade and its documentation).
--- Internal and unstable: import "Weft.Color".
-module Weft.Color.Internal.Runtime
-  ( -- * Colors and handlers
-    Color
-  , defaultColor
-  , Handler (..)
-  , handler
-    -- * Runtimes
-  , Runtime
-  , Config (..)
-  , defaultConfig
-  , Policy (..)
-  , allPolicies
-  , policyName
-  , parsePolicy
-  , newRuntime
-  , runtimeCores
-  , post
-  , shutdown
-  , RuntimeClosed (..)
-    -- * Statistics
-  , CoreStats (..)
-  , stats
-  , stealCostNanos
-    -- * Debugging
-  , runtimeQueues
-  ) where
+-- Internal and unstable (everything is exported; the façade picks the
+-- API): import "Weft.Color".
+module Weft.Color.Internal.Runtime where
 
 import Control.Concurrent
 import Control.Exception hiding (Handler)

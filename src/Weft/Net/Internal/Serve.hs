@@ -2,53 +2,27 @@
 -- | The server loop over "Weft.Net" sockets, accepting under fd
 -- exhaustion, and making room for new clients ("Weft.Net" is the façade
 -- and its documentation).
--- Internal and unstable: import "Weft.Net".
-module Weft.Net.Internal.Serve
-  ( ServerConfig (..)
-  , defaultServerConfig
-  , serve
-  , acceptLoop
-  , acceptPatiently
-  , acceptMakingRoom
-  , leastProgressing
-  ) where
+-- Internal and unstable (everything is exported; the façade picks the
+-- API): import "Weft.Net".
+module Weft.Net.Internal.Serve where
 
 import Control.Concurrent
 import Control.Exception
 import Control.Monad
-import qualified Data.ByteString as B
-import qualified Data.ByteString.Internal as BI
-import qualified Data.ByteString.Unsafe as BU
 import Data.IORef
-import Data.Int (Int64)
 import qualified Data.IntMap.Strict as IM
 import Data.List (sortOn)
-import Data.Word (Word8, Word64)
+import Data.Word (Word64)
 import GHC.Clock (getMonotonicTimeNSec)
 import Foreign.C.Error
-import Foreign.C.Types
-import Foreign.ForeignPtr (touchForeignPtr, withForeignPtr)
-import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
-import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
-import Foreign.Marshal.Utils (with)
-import Foreign.Ptr
-import Weft.Internal.Bytes (byteAt)
-import Weft.Internal.Error (invalidArgument)
-import Foreign.Storable
 import GHC.IO.Exception (IOException (..), IOErrorType (..))
 import Network.Socket (SockAddr (..))
-import qualified Network.Socket as N
-import Network.Socket.Address (SocketAddress (..))
-import Data.Primitive.Array (Array, fromListN, indexArray, sizeofArray)
 import System.IO (hPutStrLn, stderr)
-import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
 import Weft.Event.Internal.System (startSystemManagers)
-import Weft.Internal.Counters
 import Weft.Net.Internal.Socket hiding (recvBuf)
-import qualified Weft.Net.Internal.Socket as S
 
 import Weft.Net.Internal.Calls
 ------------------------------------------------------------------------------
