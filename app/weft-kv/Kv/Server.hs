@@ -567,7 +567,7 @@ writable env c = do
 
 -- | Read again: wait for an edge if the last read drained the socket,
 -- else read at once, as no edge will announce the data left (Note
--- [Persistent watches] in "Weft.Color").
+-- [Persistent watches] in "Weft.Color.Internal.Io").
 armRead :: Env -> Conn -> IO ()
 armRead env c = do
   writeIORef (connReading c) True

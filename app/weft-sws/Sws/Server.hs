@@ -204,7 +204,7 @@ data Conn = Conn
   , connColor   :: !Color
   , connWatch   :: !FdWatch
     -- ^ Posts 'readRequest' and 'writeResponse' (Note [Persistent watches]
-    -- in "Weft.Color").
+    -- in "Weft.Color.Internal.Io").
   , connDrained :: !(IORef Bool)
     -- ^ The last receive got less than it asked for, so new bytes will
     -- come with an edge; after a full one, read again before waiting.

@@ -13,7 +13,7 @@
 -- A counter holds Running, Blocking, Woken or Finished. The dispatcher
 -- publishes Blocking (a full barrier) and only then reads what could make it
 -- want to stay awake: the stop flag and the timer queue (and, for the poll
--- backend, the watch map). A waker first writes its change (a full barrier)
+-- backend, the registrations). A waker first writes its change (a full barrier)
 -- and then tries Blocking -> Woken; only the winner writes the wakeup fd. So
 -- either the dispatcher sees the change before it blocks, or the waker sees
 -- Blocking and wakes it, and one blocking poll costs at most one wakeup
@@ -100,7 +100,7 @@ data Target
     -- the lock.
 
 -- | One fd's registrations in one manager. The state is written only
--- under the lock (with a barrier), and read without it by the dispatcher,
+-- under the lock, and read without it by the dispatcher,
 -- which tells edge-triggered registrations lock-free.
 data Slot = Slot
   { slotLock      :: !(MVar ())
