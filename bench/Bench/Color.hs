@@ -89,6 +89,7 @@ import System.IO
 import System.Posix.Process (exitImmediately)
 import Text.Printf (printf)
 
+import Bench.Atomic
 import Bench.Options
 import Bench.Report
 import Weft.Color
@@ -552,14 +553,6 @@ readOwn c = do
   caps <- getNumCapabilities
   forM [0 .. ownFields - 1] $ \f -> sum <$> mapM (\cap -> readPrimArray c (cap * ownStride + f)) [0 .. caps - 1]
 
--- | Add atomically; returns the value before.
-fetchAddIORef :: IORef Int -> Int -> IO Int
-fetchAddIORef r d = atomicModifyIORef' r (\v -> (v + d, v))
-
--- | Set to @new@ if it holds @old@; returns the value before.
-casIORef :: IORef Int -> Int -> Int -> IO Int
-casIORef r old new = atomicModifyIORef' r (\v -> if v == old then (new, v) else (v, v))
-
 myCap :: IO Int
 myCap = fst <$> (myThreadId >>= threadCapability)
 
@@ -573,7 +566,7 @@ myCap = fst <$> (myThreadId >>= threadCapability)
 forkJoin :: Runtime -> Own -> Double -> Double -> (IO () -> IO ()) -> IO Window
 forkJoin rt own warm secs startRound = do
   -- 1 while an edge is wanted; whoever turns it back to 0 takes the edge.
-  wanted <- newIORef (0 :: Int)
+  wanted <- newAtomicInt 0
   edges <- newEmptyMVar
   stopping <- newIORef False
   let takeEdge = do
@@ -581,14 +574,14 @@ forkJoin rt own warm secs startRound = do
         e <- edge rt own
         return (now, e)
       roundEnd = do
-        w <- casIORef wanted 1 0
+        w <- casInt wanted 1 0
         when (w == 1) (takeEdge >>= putMVar edges)
         stop <- readIORef stopping
         unless stop (startRound roundEnd)
       -- Polled rather than waited for with 'timeout': an edge taken
       -- just as the timeout fired would be lost with the exception.
       edgeAt = do
-        atomicWriteIORef wanted 1
+        writeInt wanted 1
         giveUp <- (+ round (secs * 0.25e9)) <$> getMonotonicTimeNSec
         let poll = do
               r <- tryTakeMVar edges
@@ -598,7 +591,7 @@ forkJoin rt own warm secs startRound = do
                 Nothing
                   | now < giveUp -> threadDelay 2000 >> poll
                   | otherwise -> do
-                      w <- casIORef wanted 1 0
+                      w <- casInt wanted 1 0
                       -- A round ended just now: its edge is coming.
                       if w == 1 then takeEdge else takeMVar edges
         poll
@@ -684,11 +677,11 @@ unbalancedRun cal cores config balanced warm secs = do
         | otherwise = 100 :: Double
       iters = primArrayFromList [ itersForCycles cal (cyclesOf r) | r <- draws ]
   own <- newOwn
-  pending <- newIORef (0 :: Int)
+  pending <- newAtomicInt 0
   -- The annotated costs: each kind of event body, timed alone (its join
   -- decrement included; the counter is far from zero).
-  let body k = burn k >> void (fetchAddIORef pending (-1))
-  atomicWriteIORef pending maxBound
+  let body k = burn k >> void (fetchAddInt pending (-1))
+  writeInt pending maxBound
   let shortIters = itersForCycles cal 100
   shortNs <- timeEach 50 2000 (\_ -> body shortIters)
   let overheadNs = max 0 (shortNs - round (100 * 1000 / calMHz cal))
@@ -700,7 +693,7 @@ unbalancedRun cal cores config balanced warm secs = do
   caps <- getNumCapabilities
   rt <- newRuntime config
   let startRound next = do
-        atomicWriteIORef pending (if balanced then perCore * cores else n)
+        writeInt pending (if balanced then perCore * cores else n)
         let event home long k = do
               -- Long events that ran away from their home core: the ones
               -- stolen.
@@ -709,7 +702,7 @@ unbalancedRun cal cores config balanced warm secs = do
                 bumpOwn own 1
                 when (cap /= home) (bumpOwn own 2)
               burn k
-              left <- fetchAddIORef pending (-1)
+              left <- fetchAddInt pending (-1)
               when (left == 1) next
             postAll base = do
               let go !i | i >= n = return ()
@@ -927,7 +920,7 @@ mergeInto arr tmp lo mid hi = go lo mid lo
 cacheRun :: Calibration -> Int -> Config -> Double -> Double -> IO (Runtime, Window, [(String, Double)])
 cacheRun _ cores config warm secs = do
   own <- newOwn
-  pending <- newIORef (0 :: Int)
+  pending <- newAtomicInt 0
   let starters = max 1 (cores `div` 2)
       half = sortElems `div` 2
   -- Annotated costs, each body timed alone.
@@ -952,7 +945,7 @@ cacheRun _ cores config warm secs = do
   let startRound next = do
         r <- readIORef roundNo
         writeIORef roundNo (r + 1)
-        atomicWriteIORef pending (starters * arraysPerStarter)
+        writeInt pending (starters * arraysPerStarter)
         forM_ [0 .. starters - 1] $ \k -> forM_ [0 .. arraysPerStarter - 1] $ \i -> do
           let base = k + cores * (1 + 3 * i)
           post rt base hA (eventA next base (r * arraysPerStarter + i))
@@ -976,7 +969,7 @@ cacheRun _ cores config warm secs = do
         bumpOwn own fM
         when (cap /= sjHome job) (bumpOwn own fMAway)
         mergeInto (sjArr job) (sjTmp job) 0 half sortElems
-        left <- fetchAddIORef pending (-1)
+        left <- fetchAddInt pending (-1)
         when (left == 1) next
   win <- forkJoin rt own warm secs startRound
   return (rt, win, [ ("b_away_pct", percent (ownDelta win fBAway) (ownDelta win fB))
