@@ -44,15 +44,17 @@ test: build portable
 	$(BIN)/weft-test +RTS -N2 -RTS
 	$(BIN)/weft-warp-test +RTS -N2 -RTS
 
-# The portable core: the library and three servers built without the
-# Linux-only parts (cabal flag portable: no epoll, eventfd, AF_PACKET,
-# accept4, sendfile, recvmmsg), as on another POSIX system, in their own
-# build directory; then each server answers on the poll backend.
+# The portable core: the library, three servers and the test suite built
+# without the Linux-only parts (cabal flag portable: no epoll, eventfd,
+# AF_PACKET, accept4, sendfile, recvmmsg), as on another POSIX system, in
+# their own build directory; then each server answers, and the suite runs
+# on the poll backend (all of it but the AF_PACKET tests).
 PORTABLE := $(CABAL) --builddir=$(CURDIR)/dist-portable
 PORTABLE_EXES := weft-pong weft-sws weft-kv
 portable: deps
-	$(PORTABLE) v2-build -f portable lib:weft $(addprefix exe:,$(PORTABLE_EXES)) --offline
+	$(PORTABLE) v2-build -f portable lib:weft $(addprefix exe:,$(PORTABLE_EXES)) test:weft-test --offline
 	scripts/portable-smoke $(foreach e,$(PORTABLE_EXES),$$($(PORTABLE) list-bin -f portable --offline $(e)))
+	$$($(PORTABLE) list-bin -f portable --offline weft-test) +RTS -N2 -RTS
 
 bench: build
 	$(BIN)/weft-bench all

@@ -1,3 +1,4 @@
+{-# LANGUAGE CPP #-}
 -- | weft's test suite. The wait, timer, lifecycle, network and colored
 -- readiness tests run once per backend; run with @+RTS -N2@ so that two capabilities take part.
 module Main (main) where
@@ -8,8 +9,11 @@ import System.Exit (exitFailure)
 import System.IO
 import Test.Hspec
 
+#ifdef WEFT_LINUX
 import qualified Test.AfPacket
 import qualified Test.Ixgbe
+import qualified Test.PacketApps
+#endif
 import qualified Test.Color
 import qualified Test.ColorQueues
 import qualified Test.FdTable
@@ -19,7 +23,6 @@ import qualified Test.Kv
 import qualified Test.Mixing
 import qualified Test.Net
 import qualified Test.Packet
-import qualified Test.PacketApps
 import qualified Test.Servers
 import qualified Test.Slot
 import qualified Test.Spin
@@ -45,9 +48,11 @@ main = do
     Test.ColorQueues.spec
     Test.Color.spec
     Test.Packet.spec
+#ifdef WEFT_LINUX
     Test.AfPacket.spec
     Test.Ixgbe.spec
     Test.PacketApps.spec
+#endif
     forM_ E.availableBackendKinds $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $
         beforeAll_ (E.setSystemBackend kind) $ do
