@@ -125,17 +125,24 @@ onEvent mgr fd tag ev = do
       st <- readIORef (slotState slot)
       if ssTag st == tag && interestTrigger (ssArmed st) == Edge
         then do
-          others <- tellEdges (ssRegs st) False
-          when others (fireLocked mgr fd slot tag ev False)
+          runCallbacks mgr =<< tellEdges ev (ssRegs st)
+          when (othersWant ev (ssRegs st)) (fireLocked mgr fd slot tag ev False)
         else fireLocked mgr fd slot tag ev True
-  where
-    tellEdges [] !others = return others
-    tellEdges (r : rest) !others = case regTarget r of
-      PutTokens readable writable -> do
-        putTokens ev readable writable
-        tellEdges rest others
-      Notify notify -> runCallback mgr (notify ev) >> tellEdges rest others
-      _ -> tellEdges rest (others || regEvents r `eventIs` ev)
+
+-- | Tell the edge-triggered registrations of a report: put their tokens
+-- now, and return their callbacks, for the caller to run (after
+-- unlocking, if it holds the slot's lock).
+tellEdges :: Event -> [Reg Target] -> IO [IO ()]
+tellEdges _ [] = return []
+tellEdges ev (r : rest) = case regTarget r of
+  PutTokens readable writable -> putTokens ev readable writable >> tellEdges ev rest
+  Notify notify -> (notify ev :) <$> tellEdges ev rest
+  _ -> tellEdges ev rest
+
+-- | Does a registration that is not edge-triggered want the event?
+othersWant :: Event -> [Reg Target] -> Bool
+othersWant ev = any (\r -> not (isEdgeReg r) && regEvents r `eventIs` ev)
+{-# INLINE othersWant #-}
 
 putTokens :: Event -> MVar () -> MVar () -> IO ()
 putTokens ev readable writable = do
@@ -153,11 +160,7 @@ fireLocked mgr fd slot tag ev withEdges = do
   st <- lockSlot slot
   if ssTag st /= tag then releaseSlot slot else do
     notified <- if withEdges && interestTrigger (ssArmed st) == Edge
-      then fmap concat . forM (ssRegs st) $ \r -> case regTarget r of
-        PutTokens readable writable -> [] <$ putTokens ev readable writable
-        Notify notify -> return [notify ev]
-        _ -> return []
-      else return []
+      then tellEdges ev (ssRegs st) else return []
     let (fired, st1) = fireSlot ev st
         -- A level-triggered registration served by an edge-triggered arm
         -- fires again on the next poll only if the fd is checked again.
