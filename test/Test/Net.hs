@@ -358,7 +358,9 @@ spec kind = describe "Weft.Net" $ do
         forM_ slow $ \c -> do
           r <- try (NB.recv c 10)
           either (\(_ :: IOException) -> return ()) (`shouldBe` B.empty) r
-    eventually "fds back to where they were" ((== fds0) <$> countFds)
+    -- At most where they were: an earlier test's lingering close may end
+    -- meanwhile, and a leak would stay above.
+    eventually "fds back to where they were" ((<= fds0) <$> countFds)
 
   it "refuses a connection clearly" $ do
     l <- W.listen loopback
