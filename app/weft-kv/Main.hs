@@ -19,7 +19,7 @@ main = do
   hSetBuffering stderr LineBuffering
   name <- getProgName
   args <- getArgs
-  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--policy "
+  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--policy "
               ++ concatMap (\p -> Color.policyName p ++ "|") (init Color.allPolicies)
               ++ Color.policyName (last Color.allPolicies) ++ "]"
       die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\n" ++ usage) >> exitFailure
@@ -43,6 +43,12 @@ main = do
     parse ("--min-receive" : n : rest) cfg port = case reads n of
       [(b, "")] | b >= (0 :: Int) -> parse rest cfg { serverMinReceive = b } port
       _ -> Left ("bad --min-receive " ++ n)
+    parse ("--output-limit" : n : rest) cfg port = case reads n of
+      [(b, "")] | b >= (0 :: Int) -> parse rest cfg { serverOutputLimit = b } port
+      _ -> Left ("bad --output-limit " ++ n)
+    parse ("--send-stall" : t : rest) cfg port = case reads t of
+      [(secs, "")] | secs >= (0 :: Double) -> parse rest cfg { serverSendStall = round (secs * 1e6) } port
+      _ -> Left ("bad --send-stall " ++ t)
     parse ("--policy" : p : rest) cfg port = case Color.parsePolicy p of
       Just pol -> parse rest cfg { serverRuntime = (serverRuntime cfg) { Color.cfgPolicy = pol } } port
       Nothing -> Left ("unknown policy " ++ p)

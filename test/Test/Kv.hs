@@ -461,6 +461,28 @@ serverSpec = do
       forM_ [1 .. 10 :: Int] $ \_ -> (cmd steady ["PING"] `shouldReturn` RSimple "PONG") >> threadDelay 100000
       untilClosed slow `shouldReturn` B.empty
       within 5 "the trickler" (wait trickler) `shouldReturn` True
+ it "closes a client whose waiting replies pass the output limit, and serves the others" $
+  withKvConfig defaultServerConfig { serverOutputLimit = 2 * 1048576 } $ \addr ->
+    withClient addr $ \greedy -> withClient addr $ \other -> do
+      let big = B.replicate 60000 98
+          n = 200   -- 12 MB of replies, asked for in one read, never read
+      cmd greedy ["SET", "big", big] `shouldReturn` ok
+      sendRaw greedy (B.concat (replicate n (encodeCommand ["GET", "big"])))
+      threadDelay 200000
+      cmd other ["PING"] `shouldReturn` RSimple "PONG"
+      got <- either (\(_ :: IOException) -> 0) B.length <$> try (untilClosed greedy)
+      got `shouldSatisfy` (< n * 60010)
+      cmd other ["GET", "big"] `shouldReturn` bulk big
+ it "closes a client that takes none of its waiting replies for the send-stall time, and serves the others" $
+  withKvConfig defaultServerConfig { serverSendStall = 300000 } $ \addr ->
+    withClient addr $ \stuck -> withClient addr $ \other -> do
+      let big = B.replicate 60000 98
+          n = 400   -- 24 MB of replies: more than the socket buffers take, under the output limit
+      cmd stuck ["SET", "big", big] `shouldReturn` ok
+      sendRaw stuck (B.concat (replicate n (encodeCommand ["GET", "big"])))
+      forM_ [1 .. 8 :: Int] $ \_ -> (cmd other ["PING"] `shouldReturn` RSimple "PONG") >> threadDelay 100000
+      got <- either (\(_ :: IOException) -> 0) B.length <$> try (untilClosed stuck)
+      got `shouldSatisfy` (< n * 60010)
  around (withKv 65536) $ describe "server" $ do
   it "answers PING, ECHO, CONFIG GET and COMMAND" $ \addr -> withClient addr $ \c -> do
     cmd c ["PING"] `shouldReturn` RSimple "PONG"

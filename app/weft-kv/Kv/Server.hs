@@ -24,6 +24,7 @@ import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
 import Data.Maybe (catMaybes)
+import System.IO (hPutStrLn, stderr)
 import Foreign.C.Types (CInt)
 import Network.Socket (SockAddr)
 import System.Posix.Types (Fd (..))
@@ -53,12 +54,22 @@ data ServerConfig = ServerConfig
     -- ^ Received bytes that count as activity against the timeout
     -- ('Net.setMinimumReceive'; default 1 KiB), so a command trickled in
     -- more slowly does not keep a connection.
+  , serverOutputLimit :: !Int
+    -- ^ Bytes of replies a connection may have waiting to be sent
+    -- (default 64 MiB; 0 for no limit). A connection over it is closed at
+    -- once, as redis's @client-output-buffer-limit@ closes a client over
+    -- its hard limit (Note [Output limits]).
+  , serverSendStall :: !Int
+    -- ^ Microseconds a connection's waiting replies may go without the
+    -- client taking a byte of them before the connection is closed
+    -- (default 60 s, redis's soft-limit seconds; 0 for never).
   }
 
 -- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
--- (1 KiB of minimum receive once one is set).
+-- (1 KiB of minimum receive once one is set), 64 MiB of waiting replies
+-- at most, and 60 s for a client to take some of them.
 defaultServerConfig :: ServerConfig
-defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024
+defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024 (64 * 1048576) 60000000
 
 -- | Serve the Redis protocol on the address until this thread is killed;
 -- then stop accepting, let the runtime finish the events it accepted, and
@@ -70,6 +81,7 @@ runServer cfg addr = do
   store <- newStore
   live <- newIORef IntMap.empty
   let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
+                (serverOutputLimit cfg) (serverSendStall cfg)
   (bracket (Net.listen addr) Net.close $ \l -> do
       serverOnReady cfg =<< Net.localAddress l
       forever (Net.acceptMakingRoom (makeRoom env) l >>= adopt env))
@@ -92,12 +104,15 @@ data Env = Env
     -- ^ Open connections by fd, for closing them at shutdown.
   , envTimeout :: !(Int, Int)
     -- ^ The idle timeout and minimum receive ('serverTimeout').
+  , envOutputLimit :: !Int
+  , envSendStall :: !Int
   }
 
 -- | A connection. Every field is read and written only by events of
 -- 'connColor' (the acceptor creates it before the first such event).
 data Conn = Conn
   { connSocket  :: !Net.Socket
+  , connPeer    :: !SockAddr
   , connWatch   :: !FdWatch
   , connColor   :: !Int
   , connDecoder :: !(IORef Decoder)
@@ -112,6 +127,11 @@ data Conn = Conn
     -- ^ Replies in their turn, not yet sent (latest first).
   , connOutSize :: !(IORef Int)
     -- ^ Their bytes.
+  , connSent    :: !(IORef Int)
+    -- ^ Bytes sent so far, which a stall check compares
+    -- (Note [Output limits]).
+  , connStall   :: !(IORef Bool)
+    -- ^ A stall check is armed.
   , connPhase   :: !(IORef Phase)
   , connReading :: !(IORef Bool)
     -- ^ A read is coming: the watch is rearmed for it, or it is posted.
@@ -174,6 +194,27 @@ data Phase
 -- client that pipelines without reading its replies cannot make the
 -- server buffer without bound.
 
+-- Note [Output limits]
+-- ~~~~~~~~~~~~~~~~~~~~~
+-- Pausing the reads bounds what a client can make the server buffer by
+-- pipelining ('maxOutBytes', Note [Reply order]), but not by what its
+-- commands answer: the commands already read may each reply with a large
+-- value or collection, and a client that never reads keeps its waiting
+-- replies forever. So, as redis's @client-output-buffer-limit@ does for
+-- the clients it limits:
+--
+-- * a connection whose waiting replies exceed 'serverOutputLimit' bytes
+--   (64 MiB) is closed at once, replies dropped;
+--
+-- * a connection whose socket took no byte for 'serverSendStall' (60 s)
+--   while replies wait is closed: a timer armed when a send first leaves
+--   replies behind checks, on the connection's color, whether 'connSent'
+--   moved since, and re-arms while replies still wait.
+--
+-- Each closure is logged on stderr, with the client's address, as redis
+-- logs one. A client that reads its replies, however slowly, meets
+-- neither limit: pipelining more than the pause threshold only pauses.
+
 -- Note [Multi-key commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~
 -- MSET, MGET, DEL and EXISTS name several keys, possibly of several
@@ -218,13 +259,14 @@ chunksPerEvent = 4
 lingerMicros :: Int
 lingerMicros = 1000000
 
-hRead, hWrite, hCommand, hReply, hExpire, hClose :: Handler
+hRead, hWrite, hCommand, hReply, hExpire, hClose, hStall :: Handler
 hRead = handler "kv-read"
 hWrite = handler "kv-write"
 hCommand = handler "kv-command"
 hReply = handler "kv-reply"
 hExpire = handler "kv-expire"
 hClose = handler "kv-close"
+hStall = handler "kv-stall"
 
 ------------------------------------------------------------------------------
 -- Connections
@@ -232,7 +274,7 @@ hClose = handler "kv-close"
 -- | Take over an accepted connection (on the acceptor's thread): own its
 -- fd, and read from it on its color.
 adopt :: Env -> (Net.Socket, SockAddr) -> IO ()
-adopt env (sock, _) = do
+adopt env (sock, peer) = do
   Net.setNoDelay sock True `catch` \(_ :: IOException) -> return ()
   Net.trackProgress sock
   let (timeout, minReceive) = envTimeout env
@@ -250,8 +292,9 @@ adopt env (sock, _) = do
   case w of
     Left (_ :: IOException) -> Net.close sock
     Right fw -> do
-      c <- Conn sock fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
-             <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef Open
+      c <- Conn sock peer fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
+             <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef 0 <*> newIORef False
+             <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef []
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
@@ -513,6 +556,9 @@ settle env c = do
   size' <- readIORef (connOutSize c)
   writing' <- readIORef (connWriting c)
   case phase of
+    Closed -> return ()
+    _ | envOutputLimit env > 0 && size' > envOutputLimit env ->
+          dropClient env c ("over the output limit of " ++ show (envOutputLimit env) ++ " bytes of waiting replies")
     Open -> do
       reading <- readIORef (connReading c)
       when (not reading && null held && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
@@ -547,8 +593,10 @@ flush env c = do
       let rest = Net.dropBytes sent chunks
       writeIORef (connOut c) (reverse rest)
       modifyIORef' (connOutSize c) (subtract sent)
+      modifyIORef' (connSent c) (+ sent)
       unless (null rest) $ do
         writeIORef (connWriting c) True
+        armStall env c
         watch env c (rearmWrite (connWatch c))
 
 -- | The socket takes output again.
@@ -576,6 +624,35 @@ armRead env c = do
     then watch env c (rearmRead (connWatch c))
     else post (envRuntime env) (connColor c) hRead (readable env c)
            `catch` \RuntimeClosed -> closeConn env c
+
+-- | Arm the stall check, unless armed (Note [Output limits]).
+armStall :: Env -> Conn -> IO ()
+armStall env c = do
+  armed <- readIORef (connStall c)
+  unless (armed || envSendStall env <= 0) $ do
+    writeIORef (connStall c) True
+    mark <- readIORef (connSent c)
+    mgr <- getSystemTimerManager
+    let check = post (envRuntime env) (connColor c) hStall (stalled mark) `catch` \RuntimeClosed -> return ()
+    void (registerTimeout mgr (envSendStall env) check)
+  where
+    stalled mark = do
+      writeIORef (connStall c) False
+      phase <- readIORef (connPhase c)
+      writing <- readIORef (connWriting c)
+      sent <- readIORef (connSent c)
+      case phase of
+        Closed -> return ()
+        _ | not writing -> return ()
+          | sent == mark -> dropClient env c
+              ("not reading its replies for " ++ show (envSendStall env `quot` 1000) ++ " ms")
+          | otherwise -> armStall env c
+
+-- | Close a connection that broke an output limit, and say so.
+dropClient :: Env -> Conn -> String -> IO ()
+dropClient env c why = do
+  hPutStrLn stderr ("weft-kv: closing the client at " ++ show (connPeer c) ++ ", " ++ why)
+  closeConn env c
 
 -- | Rearm the watch; an fd that cannot be watched any more is closed.
 watch :: Env -> Conn -> IO () -> IO ()
