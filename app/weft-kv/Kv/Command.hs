@@ -20,7 +20,10 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import Data.Char (toLower)
-import qualified Data.Map.Strict as Map
+import Data.Bits (xor, (.&.))
+import qualified Data.ByteString.Unsafe as BU
+import qualified Data.IntMap.Strict as IntMap
+import Data.Word (Word64)
 import Data.Maybe (isJust)
 
 import Kv.Collections
@@ -38,7 +41,7 @@ isQuit [] = False
 -- Unknown commands and bad arguments are answered with an error.
 plan :: [ByteString] -> Plan
 plan [] = Answer (RError "ERR empty command")
-plan (name : args) = case Map.lookup (upper name) commands of
+plan (name : args) = case lookupCommand name of
   Just (arity, build)
     | arityOk arity (length args) -> build args
     | otherwise -> Answer (RError ("ERR wrong number of arguments for '" <> lower (printable name) <> "' command"))
@@ -66,8 +69,34 @@ unknownCommand name args =
 printable :: ByteString -> ByteString
 printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 
-commands :: Map.Map ByteString (Arity, [ByteString] -> Plan)
-commands = Map.fromList (serverCommands ++ stringCommands ++ keyCommands ++ collectionCommands)
+-- | The command table, by 'nameHash' of the name; each entry keeps its
+-- name, to tell apart names that hash alike. A lookup hashes the name once
+-- and compares it once, in place: no upper-cased copy and no string
+-- comparisons down a search tree, on every command.
+commands :: IntMap.IntMap [Command]
+commands = IntMap.fromListWith (++)
+  [ (nameHash name, [entry])
+  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ collectionCommands ]
+
+-- | A command's table entry, by its name in any case.
+lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)
+lookupCommand name = IntMap.lookup (nameHash name) commands >>= match
+  where
+    match [] = Nothing
+    match ((known, entry) : rest)
+      | sameName known = Just entry
+      | otherwise = match rest
+    -- The table's names are upper case.
+    sameName known = B.length known == B.length name && go 0
+      where
+        go !i | i == B.length name = True
+              | otherwise = BU.unsafeIndex known i == toUpperW (BU.unsafeIndex name i) && go (i + 1)
+    toUpperW c = if c >= 97 && c <= 122 then c - 32 else c
+
+-- | FNV-1a over the name's bytes with bit 5 cleared, so that a name
+-- hashes alike in any ASCII case.
+nameHash :: ByteString -> Int
+nameHash = fromIntegral . B.foldl' (\h b -> (h `xor` fromIntegral (b .&. 0xdf)) * 1099511628211) (14695981039346656037 :: Word64)
 
 ------------------------------------------------------------------------------
 -- Server commands

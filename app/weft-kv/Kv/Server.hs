@@ -23,7 +23,6 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
-import Data.Maybe (catMaybes)
 import System.IO (hPutStrLn, stderr)
 import Foreign.C.Types (CInt)
 import Network.Socket (SockAddr)
@@ -377,13 +376,15 @@ data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)]
 -- dropped). A survey that must wait holds the rest back in 'connHeld'.
 dispatch :: Env -> Conn -> [Item] -> IO Bool
 dispatch env c items0 = do
-  (ended, groups) <- go items0 IntMap.empty
-  forM_ (IntMap.toList groups) $ \(color, works) ->
-    post rt color hCommand (runWorks env c color (reverse works))
+  (ended, groups) <- go items0 NoWork
+  case groups of
+    NoWork -> return ()
+    OneColor color works -> start color works
+    Colors m -> forM_ (IntMap.toList m) (uncurry start)
   return ended
   where
     rt = envRuntime env
-    add color w = IntMap.insertWith (++) color [w]
+    start color works = post rt color hCommand (runWorks env c color (reverse works))
     go [] groups = return (False, groups)
     go (Malformed msg : _) groups = do
       s <- takeSeq c
@@ -424,9 +425,24 @@ dispatch env c items0 = do
         -- it and the rest wait in 'connHeld' (Note [Store-wide commands]).
         storeWide run = do
           outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
-          if IntMap.null groups && outstanding == 0
+          if noWork groups && outstanding == 0
             then takeSeq c >>= run
             else (False, groups) <$ writeIORef (connHeld c) items
+
+-- | A batch's work by color, each color's latest first. Most batches
+-- (one key, or one command) have one color: that case allocates no map.
+data Groups = NoWork | OneColor !Int [Work] | Colors !(IntMap.IntMap [Work])
+
+add :: Int -> Work -> Groups -> Groups
+add color w NoWork = OneColor color [w]
+add color w (OneColor color0 ws)
+  | color == color0 = OneColor color0 (w : ws)
+  | otherwise = Colors (IntMap.insert color [w] (IntMap.singleton color0 ws))
+add color w (Colors m) = Colors (IntMap.alter (Just . maybe [w] (w :)) color m)
+
+noWork :: Groups -> Bool
+noWork NoWork = True
+noWork _ = False
 
 -- Note [Store-wide commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -473,22 +489,27 @@ runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
   now <- readNow
   let runOne key op = runKeyOp (envStore env) (armExpiry env key) now key op
-  -- Flushing colors but the last have nothing to answer ('Nothing').
-  results <- fmap catMaybes . forM works $ \w -> case w of
-    Work s key op -> do
-      r <- runOne key op
-      let !chunks = encodeReplyChunks r
-      return (Just (Whole s chunks))
-    WorkParts s ps -> Just . Parts s <$> mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
-    WorkAll s ps joinParts -> do
-      rs <- mapM (uncurry runOne) ps
-      let !chunks = encodeReplyChunks (joinParts rs)
-      return (Just (Whole s chunks))
-    WorkFlush s left -> do
-      flushColor (envStore env) color
-      n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
-      return (if n == 0 then Just (Whole s (encodeReplyChunks ok)) else Nothing)
-  unless (null results) $ post (envRuntime env) (connColor c) hReply (resultsArrived env c results)
+      -- The results, latest first; flushing colors but the last have
+      -- nothing to answer.
+      go acc [] = return acc
+      go acc (w : rest) = case w of
+        Work s key op -> do
+          r <- runOne key op
+          let !chunks = encodeReplyChunks r
+          go (Whole s chunks : acc) rest
+        WorkParts s ps -> do
+          rs <- mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
+          go (Parts s rs : acc) rest
+        WorkAll s ps joinParts -> do
+          rs <- mapM (uncurry runOne) ps
+          let !chunks = encodeReplyChunks (joinParts rs)
+          go (Whole s chunks : acc) rest
+        WorkFlush s left -> do
+          flushColor (envStore env) color
+          n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
+          go (if n == 0 then Whole s (encodeReplyChunks ok) : acc else acc) rest
+  results <- go [] works
+  unless (null results) $ post (envRuntime env) (connColor c) hReply (resultsArrived env c (reverse results))
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do
@@ -536,8 +557,11 @@ place c s chunks = do
       if IntMap.null early then writeIORef (connNext c) (s + 1) else catchUp early (s + 1)
   where
     output cs = do
-      modifyIORef' (connOut c) (\out -> foldl (flip (:)) out cs)
-      modifyIORef' (connOutSize c) (+ sum (map B.length cs))
+      out <- readIORef (connOut c)
+      size <- readIORef (connOutSize c)
+      let push !o !n [] = writeIORef (connOut c) o >> writeIORef (connOutSize c) n
+          push o n (x : xs) = push (x : o) (n + B.length x) xs
+      push out size cs
     catchUp early n = case IntMap.lookup n early of
       Just (Encoded cs) -> output cs >> catchUp (IntMap.delete n early) (n + 1)
       _ -> writeIORef (connEarly c) early >> writeIORef (connNext c) n
