@@ -151,7 +151,7 @@ feed lim (Decoder held pending) chunk = case pending of
     -- In a multibulk command with n arguments still to come, at p.
     args :: Int -> Int -> [ByteString] -> [[ByteString]] -> Decoded
     args !p !n acc cmds
-      | n == 0 = between p (reverse acc : cmds)
+      | n == 0 = let !cmd = reverse acc in between p (cmd : cmds)
       | p >= total = suspend cmds (Args n acc) total
       | byte p /= 36 {- '$' -} =
           failed cmds ("ERR Protocol error: expected '$', got '" <> B.singleton (byte p) <> "'")
@@ -221,21 +221,25 @@ lineTooLong = -2    -- ^ the line is longer than allowed
 lineBadEnd = -3     -- ^ a CR not followed by LF, or a bare LF
 
 -- | The decimal number in [from, to) of the input, or 'invalidNumber'.
+-- Top level and not inlined, like 'lineEndIn': inlined into 'feed', its
+-- digit loop was a closure allocated for every header line.
 decimalIn :: ByteString -> Int -> Int -> Int
 decimalIn input from to
   | from < to && byteAt input from == 45 {- '-' -} =
-      let v = digits (from + 1) in if v == invalidNumber then v else negate v
-  | otherwise = digits from
+      let v = digitsIn input (from + 1) to in if v == invalidNumber then v else negate v
+  | otherwise = digitsIn input from to
+
+-- | The unsigned decimal in [from, to), or 'invalidNumber'.
+digitsIn :: ByteString -> Int -> Int -> Int
+digitsIn input start to
+  | start >= to || to - start > 18 = invalidNumber
+  | otherwise = go start 0
   where
-    digits start
-      | start >= to || to - start > 18 = invalidNumber
-      | otherwise = go start 0
     go !i !acc
       | i == to = acc
       | d >= 48 && d <= 57 = go (i + 1) (acc * 10 + fromIntegral (d - 48))
       | otherwise = invalidNumber
       where d = byteAt input i
-{-# INLINE decimalIn #-}
 
 -- Note [Decoding by position]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~

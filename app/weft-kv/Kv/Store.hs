@@ -207,14 +207,8 @@ runKeyOp (Store maps) arm clocks key op = do
       -- 'Map.adjust' keeps the stored key of an existing entry; a new key
       -- is copied, so as not to hold on to the request buffer it was
       -- sliced from.
-      put e = writeIORef ref $ case live of
-        Just _ -> Map.adjust (const e) key m0
-        Nothing -> Map.insert (B.copy key) e m0
-      expiring v deadline
-        | deadline <= now = writeIORef ref (Map.delete key m0)
-        | otherwise = do
-            timer <- arm deadline (timerDelay now deadline)
-            put (Entry v (ExpiresAt deadline timer))
+      put e = writeIORef ref (putEntry live key e m0)
+      expiring v deadline = expireLater ref arm now live key m0 v deadline
   case update of
     Keep -> when (Map.size m0 /= Map.size m) (writeIORef ref m0)
     Delete -> do
@@ -233,6 +227,26 @@ runKeyOp (Store maps) arm clocks key op = do
   return reply
   where
     now = nowMono clocks
+
+-- | Store an entry: under the key already stored if the key exists
+-- ('Map.adjust' keeps it), else under a copy, so as not to hold on to the
+-- request buffer the key was sliced from.
+putEntry :: Maybe Value -> ByteString -> Entry -> Map.Map ByteString Entry -> Map.Map ByteString Entry
+putEntry (Just _) key e m = Map.adjust (const e) key m
+putEntry Nothing key e m = Map.insert (B.copy key) e m
+{-# INLINE putEntry #-}
+
+-- | Store a value that expires at the deadline, with its timer; or delete
+-- the key if the deadline has passed. Top level, so that 'runKeyOp' does
+-- not allocate it as a closure for every operation.
+expireLater :: IORef (Map.Map ByteString Entry) -> (Int -> Int -> IO TimeoutKey) -> Int -> Maybe Value
+            -> ByteString -> Map.Map ByteString Entry -> Value -> Int -> IO ()
+expireLater ref arm now live key m v deadline
+  | deadline <= now = writeIORef ref (Map.delete key m)
+  | otherwise = do
+      timer <- arm deadline (timerDelay now deadline)
+      writeIORef ref (putEntry live key (Entry v (ExpiresAt deadline timer)) m)
+{-# NOINLINE expireLater #-}
 
 cancel :: Expiry -> IO ()
 cancel Persistent = return ()
