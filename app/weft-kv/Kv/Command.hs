@@ -21,7 +21,6 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import Data.Char (toLower)
 import Data.Bits (xor, (.&.))
-import qualified Data.ByteString.Unsafe as BU
 import qualified Data.IntMap.Strict as IntMap
 import Data.Word (Word64)
 import Data.Maybe (isJust)
@@ -31,10 +30,11 @@ import Kv.Plan
 import Kv.Resp
 import Kv.Store
 import Kv.Text (globMatch)
+import Weft.Net (byteAt)
 
 -- | Is this command QUIT (answer it, then close the connection)?
 isQuit :: [ByteString] -> Bool
-isQuit (name : _) = upper name == "QUIT"
+isQuit (name : _) = nameIs "QUIT" name
 isQuit [] = False
 
 -- | The plan for a command (a non-empty argument list, name first).
@@ -84,13 +84,17 @@ lookupCommand name = IntMap.lookup (nameHash name) commands >>= match
   where
     match [] = Nothing
     match ((known, entry) : rest)
-      | sameName known = Just entry
+      | nameIs known name = Just entry
       | otherwise = match rest
-    -- The table's names are upper case.
-    sameName known = B.length known == B.length name && go 0
-      where
-        go !i | i == B.length name = True
-              | otherwise = BU.unsafeIndex known i == toUpperW (BU.unsafeIndex name i) && go (i + 1)
+
+-- | Is the name (in any ASCII case) this upper-case one? Compared in
+-- place, with 'byteAt' (no copy, and no closure per byte as
+-- 'BU.unsafeIndex' makes with GHC 9.0's base).
+nameIs :: ByteString -> ByteString -> Bool
+nameIs known name = B.length known == B.length name && go 0
+  where
+    go !i | i == B.length name = True
+          | otherwise = byteAt known i == toUpperW (byteAt name i) && go (i + 1)
     toUpperW c = if c >= 97 && c <= 122 then c - 32 else c
 
 -- | FNV-1a over the name's bytes with bit 5 cleared, so that a name

@@ -339,19 +339,38 @@ encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
 -- | A reply as strings to send one after another: the bytes of
 -- 'encodeReply', except that bulk strings of 'sharedBulkBytes' or more are
 -- referenced, not copied. So replies that carry one large stored value
--- share its memory instead of each holding a copy of it.
+-- share its memory instead of each holding a copy of it. The commonest
+-- replies (OK, PONG, the missing bulk string) are encoded once, for good.
+-- Every string is encoded when the list is (the list is spine- and
+-- element-strict), so that a reply is encoded on the color that computed
+-- it, not left as a thunk for the connection's color.
 encodeReplyChunks :: Reply -> [ByteString]
-encodeReplyChunks r
-  | large r = go r []
-  | otherwise = [encodeReply r]
+encodeReplyChunks r = case r of
+  RSimple s | s == "OK" -> [okBytes]
+            | s == "PONG" -> [pongBytes]
+  RNil -> [nilBytes]
+  _ | large r -> go r []
+    | otherwise -> let !b = encodeReply r in [b]
   where
     large (RBulk s) = B.length s >= sharedBulkBytes
     large (RArray xs) = any large xs
     large _ = False
     go (RBulk s) rest
-      | B.length s >= sharedBulkBytes = C.pack ('$' : show (B.length s) ++ "\r\n") : s : "\r\n" : rest
-    go (RArray xs) rest = C.pack ('*' : show (length xs) ++ "\r\n") : foldr go rest xs
-    go x rest = encodeReply x : rest
+      | B.length s >= sharedBulkBytes =
+          let !h = C.pack ('$' : show (B.length s) ++ "\r\n") in h : s : "\r\n" : rest
+    go (RArray xs) rest =
+      let !h = C.pack ('*' : show (length xs) ++ "\r\n")
+          !more = foldr go rest xs
+      in h : more
+    go x rest = let !b = encodeReply x in b : rest
+
+okBytes, pongBytes, nilBytes :: ByteString
+okBytes = encodeReply (RSimple "OK")
+pongBytes = encodeReply (RSimple "PONG")
+nilBytes = encodeReply RNil
+{-# NOINLINE okBytes #-}
+{-# NOINLINE pongBytes #-}
+{-# NOINLINE nilBytes #-}
 
 -- | Bulk strings from this size on (16 KiB) are sent from where they are
 -- stored ('encodeReplyChunks').

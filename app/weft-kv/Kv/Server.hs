@@ -488,7 +488,8 @@ runWorks :: Env -> Conn -> Int -> [Work] -> IO ()
 runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
   now <- readNow
-  let runOne key op = runKeyOp (envStore env) (armExpiry env key) now key op
+  let arm = armExpiry env
+      runOne key op = runKeyOp (envStore env) arm now key op
       -- The results, latest first; flushing colors but the last have
       -- nothing to answer.
       go acc [] = return acc
@@ -726,7 +727,7 @@ armExpiry env key deadline us = do
   mgr <- getSystemTimerManager
   let !owned = B.copy key
   registerTimeout mgr us $
-    post (envRuntime env) (keyColor owned) hExpire (expireDue (envStore env) (armExpiry env owned) owned deadline)
+    post (envRuntime env) (keyColor owned) hExpire (expireDue (envStore env) (armExpiry env) owned deadline)
       `catch` \RuntimeClosed -> return ()
 
 ------------------------------------------------------------------------------

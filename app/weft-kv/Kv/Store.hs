@@ -187,11 +187,13 @@ newStore = Store . arrayFromListN colorCount <$> mapM (const (newIORef Map.empty
 
 -- | Run an operation on a key, at the given time (keys whose deadline is
 -- not after it have expired). Must run as an event of the key's color
--- (Note [One store per color]). @arm deadline delay@ registers the key's
--- expiry timer (the monotonic deadline in milliseconds, the delay in
+-- (Note [One store per color]). @arm key deadline delay@ registers the
+-- key's expiry timer (the monotonic deadline in milliseconds, the delay in
 -- microseconds) and returns its key; the timer must end up calling
--- 'expireDue' with that deadline on the key's color.
-runKeyOp :: Store -> (Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
+-- 'expireDue' with that deadline on the key's color. (It takes the key,
+-- so that a caller passes one function for every key, not a closure per
+-- operation.)
+runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
 runKeyOp (Store maps) arm clocks key op = do
   let ref = indexArray maps (keyColor key)
   m <- readIORef ref
@@ -239,12 +241,12 @@ putEntry Nothing key e m = Map.insert (B.copy key) e m
 -- | Store a value that expires at the deadline, with its timer; or delete
 -- the key if the deadline has passed. Top level, so that 'runKeyOp' does
 -- not allocate it as a closure for every operation.
-expireLater :: IORef (Map.Map ByteString Entry) -> (Int -> Int -> IO TimeoutKey) -> Int -> Maybe Value
+expireLater :: IORef (Map.Map ByteString Entry) -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Maybe Value
             -> ByteString -> Map.Map ByteString Entry -> Value -> Int -> IO ()
 expireLater ref arm now live key m v deadline
   | deadline <= now = writeIORef ref (Map.delete key m)
   | otherwise = do
-      timer <- arm deadline (timerDelay now deadline)
+      timer <- arm key deadline (timerDelay now deadline)
       writeIORef ref (putEntry live key (Entry v (ExpiresAt deadline timer)) m)
 {-# NOINLINE expireLater #-}
 
@@ -274,7 +276,7 @@ data Found = Found !(Map.Map ByteString Entry) !(Maybe Value) !Expiry !Int
 -- timer was armed for ('timerHorizon'; @arm@ as for 'runKeyOp'). A key
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
-expireDue :: Store -> (Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
+expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
 expireDue (Store maps) arm key armedFor = do
   let ref = indexArray maps (keyColor key)
   m <- readIORef ref
@@ -284,7 +286,7 @@ expireDue (Store maps) arm key armedFor = do
       if now >= deadline
         then writeIORef ref (Map.delete key m)
         else do
-          next <- arm deadline (timerDelay now deadline)
+          next <- arm key deadline (timerDelay now deadline)
           writeIORef ref (Map.insert key (Entry v (ExpiresAt deadline next)) m)
     _ -> return ()
 
