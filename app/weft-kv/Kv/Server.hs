@@ -23,6 +23,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
+import Data.Maybe (isJust)
 import System.IO (hPutStrLn, stderr)
 import Foreign.C.Types (CInt)
 import Network.Socket (SockAddr)
@@ -139,15 +140,26 @@ data Conn = Conn
     -- next data will announce itself with an edge.
   , connWriting :: !(IORef Bool)
     -- ^ The watch is rearmed for writing (the socket's buffer was full).
-  , connHeld    :: !(IORef [Item])
+  , connHeld    :: !(IORef Held)
     -- ^ Commands decoded but held back behind a survey until the
     -- commands before it have run (Note [Store-wide commands]); reading
     -- pauses while there are any.
   }
 
--- | What a read decoded: a command, or the protocol error that ended the
--- input.
-data Item = Command [ByteString] | Malformed ByteString
+-- | Commands decoded, in order, and the protocol error that ended the
+-- input after them, if any.
+data Held = Held [[ByteString]] !(Maybe ByteString)
+
+noneHeld :: Held
+noneHeld = Held [] Nothing
+
+-- | Is anything held?
+holding :: Held -> Bool
+holding (Held cmds malformed) = not (null cmds) || isJust malformed
+
+-- | What was held, then what came after it.
+andThen :: Held -> Held -> Held
+andThen (Held cmds _) (Held more malformed) = Held (cmds ++ more) malformed
 
 -- | A reply waiting for its turn.
 data Early
@@ -294,7 +306,7 @@ adopt env (sock, peer) = do
       c <- Conn sock peer fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
              <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef 0 <*> newIORef False
              <*> newIORef Open
-             <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef []
+             <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
@@ -331,11 +343,11 @@ readable env c = do
         Got bs -> do
           dec <- readIORef (connDecoder c)
           let Decoded cmds next = feed (envLimits env) dec bs
-              items = map Command cmds ++ either (\(ProtocolError msg) -> [Malformed msg]) (const []) next
+              new = Held cmds (either (\(ProtocolError msg) -> Just msg) (const Nothing) next)
           held <- readIORef (connHeld c)
-          ended <- if null held then dispatch env c items
-                   else False <$ writeIORef (connHeld c) (held ++ items)
-          held' <- readIORef (connHeld c)
+          ended <- if holding held then False <$ writeIORef (connHeld c) (held `andThen` new)
+                   else dispatch env c new
+          held' <- holding <$> readIORef (connHeld c)
           case next of
             _ | ended -> finish True
             -- The error is an item, answered in its turn; no more input.
@@ -343,7 +355,7 @@ readable env c = do
             Right dec' -> do
               writeIORef (connDecoder c) dec'
               let full = B.length bs == chunkSize
-              if full && k > 1 && null held' then readChunks (k - 1) else do
+              if full && k > 1 && not held' then readChunks (k - 1) else do
                 unless full (writeIORef (connDrained c) True)
                 settle env c
         Again -> writeIORef (connDrained c) True >> settle env c
@@ -374,9 +386,9 @@ data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)]
 -- color for the whole batch (Note [Batches per color]). Returns whether a
 -- QUIT or a protocol error ended the input (the commands after it are
 -- dropped). A survey that must wait holds the rest back in 'connHeld'.
-dispatch :: Env -> Conn -> [Item] -> IO Bool
-dispatch env c items0 = do
-  (ended, groups) <- go items0 NoWork
+dispatch :: Env -> Conn -> Held -> IO Bool
+dispatch env c (Held cmds0 malformed) = do
+  (ended, groups) <- go cmds0 NoWork
   case groups of
     NoWork -> return ()
     OneColor color works -> start color works
@@ -385,12 +397,14 @@ dispatch env c items0 = do
   where
     rt = envRuntime env
     start color works = post rt color hCommand (runWorks env c color (reverse works))
-    go [] groups = return (False, groups)
-    go (Malformed msg : _) groups = do
-      s <- takeSeq c
-      place c s [encodeReply (RError msg)]
-      return (True, groups)
-    go items@(Command cmd : rest) groups = case plan cmd of
+    go [] !groups = case malformed of
+      Nothing -> return (False, groups)
+      -- The protocol error, answered in its turn; no more input.
+      Just msg -> do
+        s <- takeSeq c
+        place c s (encodeReplyChunks (RError msg))
+        return (True, groups)
+    go items@(cmd : rest) !groups = case plan cmd of
       Surveying op -> storeWide $ \s -> do
         r <- readNow >>= \now -> survey (envStore env) now op
         place c s (encodeReplyChunks r)
@@ -427,14 +441,14 @@ dispatch env c items0 = do
           outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
-            else (False, groups) <$ writeIORef (connHeld c) items
+            else (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
 
 -- | A batch's work by color, each color's latest first. Most batches
 -- (one key, or one command) have one color: that case allocates no map.
 data Groups = NoWork | OneColor !Int [Work] | Colors !(IntMap.IntMap [Work])
 
 add :: Int -> Work -> Groups -> Groups
-add color w NoWork = OneColor color [w]
+add !color !w NoWork = OneColor color [w]
 add color w (OneColor color0 ws)
   | color == color0 = OneColor color0 (w : ws)
   | otherwise = Colors (IntMap.insert color [w] (IntMap.singleton color0 ws))
@@ -515,7 +529,7 @@ runWorks env c color works = do
 takeSeq :: Conn -> IO Int
 takeSeq c = do
   s <- readIORef (connSeq c)
-  writeIORef (connSeq c) (s + 1)
+  writeIORef (connSeq c) $! s + 1
   return s
 
 -- | Results back on the connection's color.
@@ -572,7 +586,7 @@ place c s chunks = do
 settle :: Env -> Conn -> IO ()
 settle env c = do
   resumeHeld env c
-  held <- readIORef (connHeld c)
+  held <- holding <$> readIORef (connHeld c)
   outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
   size <- readIORef (connOutSize c)
   writing <- readIORef (connWriting c)
@@ -586,8 +600,8 @@ settle env c = do
           dropClient env c ("over the output limit of " ++ show (envOutputLimit env) ++ " bytes of waiting replies")
     Open -> do
       reading <- readIORef (connReading c)
-      when (not reading && null held && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
-    Finishing linger | outstanding == 0 && null held && size' == 0 && not writing' ->
+      when (not reading && not held && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
+    Finishing linger | outstanding == 0 && not held && size' == 0 && not writing' ->
       if linger then startLinger env c else closeConn env c
     _ -> return ()
 
@@ -597,12 +611,12 @@ resumeHeld :: Env -> Conn -> IO ()
 resumeHeld env c = do
   held <- readIORef (connHeld c)
   -- The common case, on every 'settle': nothing held, nothing more read.
-  unless (null held) $ do
+  when (holding held) $ do
     outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
     phase <- readIORef (connPhase c)
     let live = case phase of Open -> True; Finishing _ -> True; _ -> False
     when (live && outstanding == 0) $ do
-      writeIORef (connHeld c) []
+      writeIORef (connHeld c) noneHeld
       ended <- dispatch env c held
       when ended $ writeIORef (connPhase c) (Finishing True)
 
