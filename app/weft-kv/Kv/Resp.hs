@@ -346,9 +346,9 @@ encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
 -- it, not left as a thunk for the connection's color.
 encodeReplyChunks :: Reply -> [ByteString]
 encodeReplyChunks r = case r of
-  RSimple s | s == "OK" -> [okBytes]
-            | s == "PONG" -> [pongBytes]
-  RNil -> [nilBytes]
+  RSimple s | s == "OK" -> okChunks
+            | s == "PONG" -> pongChunks
+  RNil -> nilChunks
   _ | large r -> go r []
     | otherwise -> let !b = encodeReply r in [b]
   where
@@ -364,13 +364,13 @@ encodeReplyChunks r = case r of
       in h : more
     go x rest = let !b = encodeReply x in b : rest
 
-okBytes, pongBytes, nilBytes :: ByteString
-okBytes = encodeReply (RSimple "OK")
-pongBytes = encodeReply (RSimple "PONG")
-nilBytes = encodeReply RNil
-{-# NOINLINE okBytes #-}
-{-# NOINLINE pongBytes #-}
-{-# NOINLINE nilBytes #-}
+okChunks, pongChunks, nilChunks :: [ByteString]
+okChunks = [encodeReply (RSimple "OK")]
+pongChunks = [encodeReply (RSimple "PONG")]
+nilChunks = [encodeReply RNil]
+{-# NOINLINE okChunks #-}
+{-# NOINLINE pongChunks #-}
+{-# NOINLINE nilChunks #-}
 
 -- | Bulk strings from this size on (16 KiB) are sent from where they are
 -- stored ('encodeReplyChunks').

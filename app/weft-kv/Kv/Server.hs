@@ -18,11 +18,13 @@ module Kv.Server
 
 import Control.Exception hiding (Handler)
 import Control.Monad
+import Control.Monad.Primitive (RealWorld)
 import Data.Bits ((.&.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
+import Data.Primitive.PrimArray (MutablePrimArray, newPrimArray, readPrimArray, setPrimArray, writePrimArray)
 import Data.Maybe (isJust)
 import System.IO (hPutStrLn, stderr)
 import Foreign.C.Types (CInt)
@@ -116,20 +118,14 @@ data Conn = Conn
   , connWatch   :: !FdWatch
   , connColor   :: !Int
   , connDecoder :: !(IORef Decoder)
-  , connSeq     :: !(IORef Int)
-    -- ^ The sequence number the next command gets.
-  , connNext    :: !(IORef Int)
-    -- ^ The sequence number of the next reply to send.
+  , connCounts  :: !(MutablePrimArray RealWorld Int)
+    -- ^ Unboxed counts, updated for every command and reply: 'seqCount',
+    -- 'nextCount', 'outSizeCount' and 'sentCount'.
   , connEarly   :: !(IORef (IntMap.IntMap Early))
     -- ^ Replies that came before their turn, and multi-key commands
     -- being joined, by sequence number.
   , connOut     :: !(IORef [ByteString])
     -- ^ Replies in their turn, not yet sent (latest first).
-  , connOutSize :: !(IORef Int)
-    -- ^ Their bytes.
-  , connSent    :: !(IORef Int)
-    -- ^ Bytes sent so far, which a stall check compares
-    -- (Note [Output limits]).
   , connStall   :: !(IORef Bool)
     -- ^ A stall check is armed.
   , connPhase   :: !(IORef Phase)
@@ -145,6 +141,32 @@ data Conn = Conn
     -- commands before it have run (Note [Store-wide commands]); reading
     -- pauses while there are any.
   }
+
+-- | A connection's counts ('connCounts'): the sequence number the next
+-- command gets; the sequence number of the next reply to send; the bytes
+-- of the replies in 'connOut'; the bytes sent so far, which a stall check
+-- compares (Note [Output limits]).
+seqCount, nextCount, outSizeCount, sentCount :: Int
+seqCount = 0
+nextCount = 1
+outSizeCount = 2
+sentCount = 3
+
+getCount :: Conn -> Int -> IO Int
+getCount c = readPrimArray (connCounts c)
+{-# INLINE getCount #-}
+
+setCount :: Conn -> Int -> Int -> IO ()
+setCount c = writePrimArray (connCounts c)
+{-# INLINE setCount #-}
+
+addCount :: Conn -> Int -> Int -> IO ()
+addCount c i d = getCount c i >>= \v -> setCount c i (v + d)
+{-# INLINE addCount #-}
+
+-- | Commands sent but not yet answered in order.
+outstandingCount :: Conn -> IO Int
+outstandingCount c = (-) <$> getCount c seqCount <*> getCount c nextCount
 
 -- | Commands decoded, in order, and the protocol error that ended the
 -- input after them, if any.
@@ -186,19 +208,19 @@ data Phase
 -- it reads the replies in the order of the commands. The commands of one
 -- pipeline may hit different keys, hence different colors, which run in
 -- any order and in parallel. So the connection gives each command a
--- sequence number ('connSeq') when it decodes it, on the connection's
+-- sequence number ('seqCount') when it decodes it, on the connection's
 -- color. The command runs on its key's color (Note [Batches per color]),
 -- where its reply is encoded and posted back to the connection's color
 -- with that number. There, a
--- reply whose number is 'connNext' goes to the output ('connOut'),
+-- reply whose number is 'nextCount' goes to the output ('connOut'),
 -- followed by any replies that were waiting for it in 'connEarly'; a reply
 -- that comes early waits in 'connEarly'. Replies decided on the
 -- connection's color itself (PING, errors) take the same path at once.
 -- Both sides of the reorder step run on the connection's color, so it
--- needs no lock, and 'connNext' only ever grows, one reply at a time.
+-- needs no lock, and 'nextCount' only ever grows, one reply at a time.
 --
--- Output is sent once nothing is outstanding ('connNext' has caught up
--- with 'connSeq'), or once it holds 'flushBytes': so a pipeline's replies
+-- Output is sent once nothing is outstanding ('nextCount' has caught up
+-- with 'seqCount'), or once it holds 'flushBytes': so a pipeline's replies
 -- go out in one send, and a single command's reply goes out at once. A
 -- connection stops reading while it has 'maxInFlight' commands
 -- outstanding or 'maxOutBytes' unsent, and resumes when below both, so a
@@ -219,7 +241,7 @@ data Phase
 --
 -- * a connection whose socket took no byte for 'serverSendStall' (60 s)
 --   while replies wait is closed: a timer armed when a send first leaves
---   replies behind checks, on the connection's color, whether 'connSent'
+--   replies behind checks, on the connection's color, whether 'sentCount'
 --   moved since, and re-arms while replies still wait.
 --
 -- Each closure is logged on stderr, with the client's address, as redis
@@ -303,9 +325,10 @@ adopt env (sock, peer) = do
   case w of
     Left (_ :: IOException) -> Net.close sock
     Right fw -> do
-      c <- Conn sock peer fw color <$> newIORef newDecoder <*> newIORef 0 <*> newIORef 0
-             <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef 0 <*> newIORef 0 <*> newIORef False
-             <*> newIORef Open
+      counts <- newPrimArray 4
+      setPrimArray counts 0 4 0
+      c <- Conn sock peer fw color <$> newIORef newDecoder <*> pure counts
+             <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
@@ -438,7 +461,7 @@ dispatch env c (Held cmds0 malformed) = do
         -- (nothing outstanding, nothing posted in this batch); until then
         -- it and the rest wait in 'connHeld' (Note [Store-wide commands]).
         storeWide run = do
-          outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+          outstanding <- outstandingCount c
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
             else (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
@@ -528,8 +551,8 @@ runWorks env c color works = do
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do
-  s <- readIORef (connSeq c)
-  writeIORef (connSeq c) $! s + 1
+  s <- getCount c seqCount
+  setCount c seqCount (s + 1)
   return s
 
 -- | Results back on the connection's color.
@@ -563,23 +586,23 @@ partsArrived c s new = do
 -- | Put a reply in its place (Note [Reply order]).
 place :: Conn -> Int -> [ByteString] -> IO ()
 place c s chunks = do
-  next <- readIORef (connNext c)
+  next <- getCount c nextCount
   if s /= next
     then modifyIORef' (connEarly c) (IntMap.insert s (Encoded chunks))
     else do
       output chunks
       early <- readIORef (connEarly c)
-      if IntMap.null early then writeIORef (connNext c) (s + 1) else catchUp early (s + 1)
+      if IntMap.null early then setCount c nextCount (s + 1) else catchUp early (s + 1)
   where
     output cs = do
       out <- readIORef (connOut c)
-      size <- readIORef (connOutSize c)
-      let push !o !n [] = writeIORef (connOut c) o >> writeIORef (connOutSize c) n
+      size <- getCount c outSizeCount
+      let push !o !n [] = writeIORef (connOut c) o >> setCount c outSizeCount n
           push o n (x : xs) = push (x : o) (n + B.length x) xs
       push out size cs
     catchUp early n = case IntMap.lookup n early of
       Just (Encoded cs) -> output cs >> catchUp (IntMap.delete n early) (n + 1)
-      _ -> writeIORef (connEarly c) early >> writeIORef (connNext c) n
+      _ -> writeIORef (connEarly c) early >> setCount c nextCount n
 
 -- | After any change: send what is due, close if finished, and read again
 -- if there is room.
@@ -587,12 +610,12 @@ settle :: Env -> Conn -> IO ()
 settle env c = do
   resumeHeld env c
   held <- holding <$> readIORef (connHeld c)
-  outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
-  size <- readIORef (connOutSize c)
+  outstanding <- outstandingCount c
+  size <- getCount c outSizeCount
   writing <- readIORef (connWriting c)
   when (size > 0 && not writing && (outstanding == 0 || size >= flushBytes)) (flush env c)
   phase <- readIORef (connPhase c)
-  size' <- readIORef (connOutSize c)
+  size' <- getCount c outSizeCount
   writing' <- readIORef (connWriting c)
   case phase of
     Closed -> return ()
@@ -612,7 +635,7 @@ resumeHeld env c = do
   held <- readIORef (connHeld c)
   -- The common case, on every 'settle': nothing held, nothing more read.
   when (holding held) $ do
-    outstanding <- (-) <$> readIORef (connSeq c) <*> readIORef (connNext c)
+    outstanding <- outstandingCount c
     phase <- readIORef (connPhase c)
     let live = case phase of Open -> True; Finishing _ -> True; _ -> False
     when (live && outstanding == 0) $ do
@@ -631,8 +654,8 @@ flush env c = do
     Right sent -> do
       let rest = Net.dropBytes sent chunks
       writeIORef (connOut c) (reverse rest)
-      modifyIORef' (connOutSize c) (subtract sent)
-      modifyIORef' (connSent c) (+ sent)
+      addCount c outSizeCount (negate sent)
+      addCount c sentCount sent
       unless (null rest) $ do
         writeIORef (connWriting c) True
         armStall env c
@@ -648,7 +671,7 @@ writable env c = do
     Closed -> return ()
     _ | not writing -> return ()
     _ -> do
-      size <- readIORef (connOutSize c)
+      size <- getCount c outSizeCount
       when (size > 0) (flush env c)
       settle env c
 
@@ -670,7 +693,7 @@ armStall env c = do
   armed <- readIORef (connStall c)
   unless (armed || envSendStall env <= 0) $ do
     writeIORef (connStall c) True
-    mark <- readIORef (connSent c)
+    mark <- getCount c sentCount
     mgr <- getSystemTimerManager
     let check = post (envRuntime env) (connColor c) hStall (stalled mark) `catch` \RuntimeClosed -> return ()
     void (registerTimeout mgr (envSendStall env) check)
@@ -679,7 +702,7 @@ armStall env c = do
       writeIORef (connStall c) False
       phase <- readIORef (connPhase c)
       writing <- readIORef (connWriting c)
-      sent <- readIORef (connSent c)
+      sent <- getCount c sentCount
       case phase of
         Closed -> return ()
         _ | not writing -> return ()
