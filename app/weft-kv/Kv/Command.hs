@@ -326,7 +326,7 @@ incrOp d _ _ v = case v of
     store n
       | (d > 0 && n > maxBound - d) || (d < 0 && n < minBound - d) =
           Outcome Keep (RError "ERR increment or decrement would overflow")
-      | otherwise = let n' = n + d in Outcome (Replace (VString (C.pack (show n')))) (RInt n')
+      | otherwise = let n' = n + d in Outcome (Replace (VString (showInt n'))) (RInt n')
 
 ------------------------------------------------------------------------------
 -- Keys

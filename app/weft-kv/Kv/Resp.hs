@@ -30,6 +30,7 @@ module Kv.Resp
   , Reply (..)
   , encodeReply
   , encodeReplyChunks
+  , showInt
   , sharedBulkBytes
   , decodeReply
   , readInteger
@@ -388,6 +389,10 @@ digitCount = go 1
 -- | The absolute value, which for 'minBound' (-2^63) only a 'Word64' holds.
 magnitude :: Int -> Word64
 magnitude n = if n < 0 then negate (fromIntegral n) else fromIntegral n
+
+-- | An integer in decimal, as redis stores and writes it.
+showInt :: Int -> ByteString
+showInt n = BI.unsafeCreate (decimalLength n) (\p -> () <$ decimal p n)
 
 -- | Write a decimal integer; returns the end.
 decimal :: Ptr Word8 -> Int -> IO (Ptr Word8)
