@@ -37,6 +37,7 @@ import Test.QuickCheck.Random (mkQCGen)
 import Support
 import qualified Weft
 import Weft.Color
+import qualified Weft.Color.Internal.Backoff as B
 import qualified Weft.Color.Internal.Queues as Q
 import qualified Weft.Event as E
 import Weft.Internal.Counters
@@ -563,6 +564,8 @@ stealingSpec = describe "stealing" $ do
       finish rt
       steals <$> stats rt >>= (`shouldSatisfy` (>= 1))
 
+  backoffSpec
+
   it "an event posted just as its core goes to sleep still runs (1,000 posts at random moments)" $ do
     -- Each post lands somewhere in the worker's spin-then-park after the
     -- previous event: a post between its last look at its queue and its
@@ -619,6 +622,46 @@ stealingSpec = describe "stealing" $ do
       whole <- reverse <$> readIORef logRef
       during `shouldBe` (("long", 0) : replicate (if p == NoStealing then 0 else 20) ("other", 1))
       [ tag | (tag, _) <- whole, take 1 tag == "c" ] `shouldBe` ["c1", "c2", "c3", "c4", "c5"]
+
+-- | Note [Stealing back-off]: the decisions as a model, then a thief
+-- whose steals do not pay.
+backoffSpec :: Spec
+backoffSpec = describe "back-off" $ do
+  it "keeps the level in [0, maxLevel]: up one per unpaid steal, down two per paid one" $
+    property $ \(outcomes :: [Bool]) -> do
+      let levels = scanl (flip B.nextLevel) 0 outcomes
+          model l paid = if paid then max 0 (l - 2) else min B.maxLevel (l + 1)
+      levels `shouldBe` scanl model 0 outcomes
+      all (\l -> l >= 0 && l <= B.maxLevel) levels `shouldBe` True
+  it "waits nothing at level 0, then 20 us doubling per level up to 5.12 ms" $ do
+    map B.backoffNanos [0 .. B.maxLevel + 2] `shouldBe`
+      [0] ++ [ 20000 * 2 ^ (l - 1) | l <- [1 .. B.maxLevel] ] ++ replicate 2 5120000
+  it "counts a steal paid when its work ran for twice the pass plus the fixed cost, whatever else" $
+    property $ \(NonNegative took) (NonNegative ran) ->
+      B.stealPaid took ran `shouldBe` (ran >= 2 * took + B.fixedStealNanos)
+  it "a thief stealing only tiny events backs off, yet relieves a stuck core of all of them" $ do
+    -- Core 0 is stuck in a handler until 30 tiny events queued behind it
+    -- (each its own color) have run; only core 1 can run them, one steal
+    -- each, and none pays. Without back-off they all go within a few ms;
+    -- with it, waits of 20 us doubling to 5 ms come between the steals.
+    rt <- newRuntime (config RealCores Mely)
+    started <- newEmptyMVar
+    ran <- newCounters 1
+    done <- newEmptyMVar
+    post rt 0 (handler "stuck") (putMVar started () >> takeMVar done)
+    within 5 "the stuck handler starts" (takeMVar started)
+    t0 <- getMonotonicTimeNSec
+    forM_ [1 .. 30 :: Int] $ \i -> post rt (2 * i) (handler "tiny") { handlerCost = worthIt } $ do
+      n <- addCounter ran 0 1
+      when (n == 29) $ putMVar done ()
+    within 5 "the tiny events" (readMVar done)
+    t1 <- getMonotonicTimeNSec
+    finish rt
+    st <- stats rt
+    map csEventsRun st `shouldBe` [1, 30]
+    sum (map csUnpaidSteals st) `shouldSatisfy` (>= 25)
+    -- Levels 1 to 9 alone wait 10 ms; the other 20 steals wait 5 ms each.
+    fromIntegral (t1 - t0) `shouldSatisfy` (>= (50000000 :: Int))
 
 ------------------------------------------------------------------------------
 -- Priority and batching: one core, its queue filled behind a blocker

@@ -16,9 +16,11 @@ import Data.List (sortOn)
 import Data.Primitive.Array
 import GHC.Clock (getMonotonicTimeNSec)
 import System.IO (hPutStrLn, stderr)
+import Weft.Color.Internal.Backoff
 import Weft.Color.Internal.Queues
 import Weft.Color.Internal.Topology
 import Weft.Internal.Counters
+import Weft.Timer (cancelTimeout, getSystemTimerManager, registerTimeout)
 
 ------------------------------------------------------------------------------
 -- Colors and handlers
@@ -146,9 +148,10 @@ stOpen = 0
 stDraining = 1
 stClosed = 2
 
--- Per-core statistics words.
+-- Per-core words: statistics, and (not a count) the monotonic time in ns
+-- before which the core does not steal (Note [Stealing back-off]).
 statStride, stEvents, stAttempts, stSteals, stEventsStolen, stWorkStolen,
-  stStealNanos, stErrors, stLong, stParks, stNeighbour :: Int
+  stStealNanos, stErrors, stLong, stParks, stNeighbour, stUnpaid, stStealAfter :: Int
 statStride = 16
 stEvents = 0
 stAttempts = 1
@@ -160,6 +163,8 @@ stErrors = 6
 stLong = 7
 stParks = 8
 stNeighbour = 9
+stUnpaid = 10
+stStealAfter = 11
 
 -- | The number of workers.
 runtimeCores :: Runtime -> Int
@@ -306,12 +311,23 @@ shutdown rt = do
 -- holder preempted on their own capability. In weft-sws this cut the time
 -- spent waiting for locks about threefold.
 
+-- | A worker's judgement of its steals (Note [Stealing back-off]): its
+-- back-off level; the ns the pass of the steal being judged took (-1 for
+-- none); the ns of work run since that steal.
+data Judge = Judge !(IORef Int) !(IORef Int) !(IORef Int)
+
 worker :: Runtime -> (forall a. IO a -> IO a) -> Int -> IO ()
-worker rt unmask me = loop 0 0
+worker rt unmask me = do
+  judge <- Judge <$> newIORef 0 <*> newIORef (-1) <*> newIORef 0
+  workerJudging rt unmask me judge
+
+workerJudging :: Runtime -> (forall a. IO a -> IO a) -> Int -> Judge -> IO ()
+workerJudging rt unmask me (Judge level judged ranSince) = loop 0 0
   where
     q = rtQueues rt
     stealing = rtPolicy rt /= NoStealing
     statAdd k d = bumpCounter (rtStats rt) (me * statStride + k) d
+    stealAfter = me * statStride + stStealAfter
 
     loop :: Int -> Int -> IO ()
     loop !batches !idleRounds = do
@@ -322,7 +338,13 @@ worker rt unmask me = loop 0 0
         then do
           -- Before the batch, which may be long (Note [Parking]).
           when stealing (wakeThief rt me)
-          n <- runAll evs 0
+          took <- readIORef judged
+          n <- if took < 0 then runAll evs 0 else do
+            t0 <- getMonotonicTimeNSec
+            n <- runAll evs 0
+            t1 <- getMonotonicTimeNSec
+            modifyIORef' ranSince (+ fromIntegral (t1 - t0))
+            return n
           statAdd stEvents n
           lockCore q me
           finishBatch q me c
@@ -358,13 +380,42 @@ worker rt unmask me = loop 0 0
     idle !batches !rounds = do
       st <- readCounter (rtState rt) sState
       if st == stClosed then return () else do
-        stole <- if stealing then stealRound else return False
+        judgeSteal
+        free <- if stealing then stealFree else return False
+        stole <- if free then stealRound else return False
         if stole then loop batches 0
           else if rounds < spinRounds then yield >> loop batches (rounds + 1)
           else park
 
+    -- Idle again after a steal: did it pay? (Note [Stealing back-off])
+    judgeSteal = do
+      took <- readIORef judged
+      when (took >= 0) $ do
+        ran <- readIORef ranSince
+        writeIORef judged (-1)
+        let paid = stealPaid took ran
+        unless paid $ statAdd stUnpaid 1
+        l <- nextLevel paid <$> readIORef level
+        writeIORef level l
+        now <- getMonotonicTimeNSec
+        writeCounter (rtStats rt) stealAfter
+          (if l == 0 then 0 else fromIntegral now + backoffNanos l)
+
+    -- Not backing off.
+    stealFree = do
+      after <- readCounter (rtStats rt) stealAfter
+      if after == 0 then return True else do
+        now <- fromIntegral <$> getMonotonicTimeNSec
+        -- Over: the common path reads no clock again.
+        when (now >= after) $ writeCounter (rtStats rt) stealAfter 0
+        return (now >= after)
+
     -- Note [Parking]. The last steal pass runs with the flag raised, so a
     -- victim that gains stealable work after it sees the flag and wakes us.
+    --
+    -- A worker backing off does not make that pass, and sleeps with a timer
+    -- for the end of its back-off, as no busy worker wakes it to steal
+    -- meanwhile (Note [Stealing back-off]).
     park = do
       setParked q me True
       _ <- addCounter (rtState rt) sParked 1
@@ -372,21 +423,33 @@ worker rt unmask me = loop 0 0
       n <- coreEvents q me
       unlockCore q me
       st <- readCounter (rtState rt) sState
-      stole <- if n == 0 && stealing then stealRound else return False
+      free <- if stealing then stealFree else return False
+      stole <- if n == 0 && free then stealRound else return False
       when (n == 0 && st /= stClosed && not stole) $ do
         statAdd stParks 1
+        alarm <- if stealing && not free then Just <$> wakeAtBackoffEnd else return Nothing
         takeMVar (indexArray (rtWake rt) me)
+        forM_ alarm $ \key -> cancelTimeout key
       setParked q me False
       _ <- addCounter (rtState rt) sParked (-1)
       loop 0 0
 
-    -- One pass over the victims; True if a color was stolen.
+    wakeAtBackoffEnd = do
+      after <- readCounter (rtStats rt) stealAfter
+      now <- getMonotonicTimeNSec
+      mgr <- getSystemTimerManager
+      registerTimeout mgr (max 1 ((after - fromIntegral now) `quot` 1000 + 1)) (wake rt me)
+
+    -- One pass over the victims; True if a color was stolen, which is
+    -- then judged (Note [Stealing back-off]).
     stealRound = do
       t0 <- getMonotonicTimeNSec
       victims <- victimsFor
       r <- tryVictims victims
       t1 <- getMonotonicTimeNSec
-      statAdd stStealNanos (fromIntegral (t1 - t0))
+      let took = fromIntegral (t1 - t0)
+      statAdd stStealNanos took
+      when r $ writeIORef judged took >> writeIORef ranSince 0
       return r
 
     victimsFor
@@ -462,7 +525,12 @@ wakeThief rt victim = do
   when (parked > 0) $ do
     more <- hasStealable q victim
     when more $ do
-      sleepers <- filterM (parkedFlag q) (indexArray (rtVictims rt) victim)
+      now <- fromIntegral <$> getMonotonicTimeNSec
+      let ready t = do
+            sleeping <- parkedFlag q t
+            after <- readCounter (rtStats rt) (t * statStride + stStealAfter)
+            return (sleeping && now >= after)
+      sleepers <- filterM ready (indexArray (rtVictims rt) victim)
       case sleepers of
         t : _ -> wake rt t
         [] -> return ()
@@ -509,6 +577,9 @@ data CoreStats = CoreStats
   , csLongHandlers    :: !Int  -- ^ handlers longer than 'cfgLongHandlerNanos'
   , csParks           :: !Int  -- ^ times the worker slept
   , csNeighbourSteals :: !Int  -- ^ steals from a nearest core in the topology
+  , csUnpaidSteals    :: !Int  -- ^ steals that did not pay, each a step of
+                               --   back-off (Note [Stealing back-off] in
+                               --   "Weft.Color.Internal.Backoff")
   } deriving (Eq, Show)
 
 -- | Per-core statistics, core 0 first. Counts are read without stopping the
@@ -518,7 +589,7 @@ stats rt = forM [0 .. rtCores rt - 1] $ \i -> do
   let r k = readCounter (rtStats rt) (i * statStride + k)
   CoreStats <$> r stEvents <*> r stAttempts <*> r stSteals <*> r stEventsStolen
             <*> r stWorkStolen <*> r stStealNanos <*> lockWaitNanos (rtQueues rt) i
-            <*> r stErrors <*> r stLong <*> r stParks <*> r stNeighbour
+            <*> r stErrors <*> r stLong <*> r stParks <*> r stNeighbour <*> r stUnpaid
 
 -- | The current estimate of one steal's cost, in ns (the threshold of
 -- time-left stealing).
