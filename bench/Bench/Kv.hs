@@ -2,8 +2,14 @@
 -- | weft-bench kv: weft-kv against a real redis-server, both driven by
 -- the real redis-benchmark.
 --
--- Both servers run on core 0 (weft-kv at @+RTS -N1@, so each has one
--- core), redis-benchmark on core 1. Each repetition starts both servers
+-- Two pairings. On one core: redis-server and weft-kv at @+RTS -N1@ on
+-- core 0, redis-benchmark on core 1. On two cores: redis-server with
+-- @--io-threads 2@ (its reads and writes on two threads) and weft-kv at
+-- @-N2@, both on cores 0 and 1, where redis-benchmark runs too: on this
+-- two-core machine the client takes a share of the server's second core,
+-- so the pairing compares how each server uses a contended second core,
+-- not how it scales. Each weft-kv arm is compared with its pairing's
+-- redis. Each repetition starts the servers
 -- afresh (the lists the list tests grow would otherwise differ between
 -- repetitions), then runs every test at each pipeline depth on both, one
 -- after the other, so that the arms see the same machine. Each test is
@@ -35,7 +41,7 @@ data Options = Options
   , optPipelined :: !Int        -- ^ requests per test at -P 16
   , optReps      :: !Int
   , optTests     :: ![String]
-  , optN2        :: !Bool       -- ^ also run weft-kv at -N2 (sharing the client's core)
+  , optN2        :: !Bool       -- ^ also run the two-core pairing (sharing the client's core)
   }
 
 -- | Every test redis-benchmark runs by default.
@@ -50,8 +56,8 @@ parseOptions = parseOrExit "kv"
   , value "-n" "REQUESTS" positive (\k o -> o { optRequests = k, optPipelined = k })
   , value "--reps" "N" positive (\k o -> o { optReps = k })
   , value "--tests" "set,get,..." (listOf (Just . map toLower)) (\ts o -> o { optTests = ts })
-  , flag "--n2" (\o -> o { optN2 = True }) ]
-  (Options 1000000 1000000 3 defaultTests False)
+  , flag "--no-n2" (\o -> o { optN2 = False }) ]
+  (Options 1000000 1000000 3 defaultTests True)
 
 -- | One redis-benchmark run of one test: requests per second, latency
 -- percentiles in ms, server CPU in microseconds per request.
@@ -67,14 +73,17 @@ kvMain args = parseOptions args >>= \opts -> do
         hPutStrLn stderr ("weft-bench kv: " ++ exe ++ " not found (make deps installs redis-server and redis-tools)")
         exitFailure
     bin <- binDir
-    let arms = [ ("redis", "0", \p -> ["redis-server", "--port", show p, "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"])
+    let redis extra p = ["redis-server", "--port", show p, "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"] ++ extra
+        arms = [ ("redis", "0", redis [])
                , ("weft-N1", "0", \p -> [bin </> "weft-kv", show p, "+RTS", "-N1", "-RTS"]) ]
-               ++ [ ("weft-N2", "0,1", \p -> [bin </> "weft-kv", show p, "+RTS", "-N2", "-RTS"]) | optN2 opts ]
+               ++ concat [ [ ("redis-io2", "0,1", redis ["--io-threads", "2", "--io-threads-do-reads", "yes"])
+                           , ("weft-N2", "0,1", \p -> [bin </> "weft-kv", show p, "+RTS", "-N2", "-RTS"]) ]
+                         | optN2 opts ]
         armNames = [ a | (a, _, _) <- arms ]
-        depths = [(1, optRequests opts), (16, optPipelined opts)]
-    printf "weft-bench kv: weft-kv vs redis-server under redis-benchmark -c 50, servers on core 0%s, client on core 1\n"
-      (if optN2 opts then " (weft-N2 on cores 0,1)" else "" :: String)
-    printf "  -P 1: -n %d; -P 16: -n %d; %d repetitions, fresh servers each, arms interleaved per test\n"
+        depths = [(1, optRequests opts), (16, optPipelined opts), (64, optPipelined opts)]
+    printf "weft-bench kv: weft-kv vs redis-server under redis-benchmark -c 50, client on core 1; redis and weft-N1 on core 0%s\n"
+      (if optN2 opts then ", redis-io2 (--io-threads 2) and weft-N2 on cores 0,1, shared with the client" else "" :: String)
+    printf "  -P 1: -n %d; -P 16 and -P 64: -n %d; %d repetitions, fresh servers each, arms interleaved per test\n"
       (optRequests opts) (optPipelined opts) (optReps opts)
     results <- newIORef Map.empty
     forM_ [1 .. optReps opts] $ \rep ->
@@ -122,18 +131,19 @@ report :: Options -> [String] -> Int -> Map.Map (Int, String, String) [Sample] -
 report opts arms depth res = do
   let get t a f = maybe [] (map f) (Map.lookup (depth, t, a) res)
       med t a f = median (get t a f)
-      weftArms = filter (/= "redis") arms
+      -- Each weft-kv arm against its pairing's redis.
+      pairs = [ (a, r) | (a, r) <- [("weft-N1", "redis"), ("weft-N2", "redis-io2")], a `elem` arms ]
       ratio x y = if y > 0 then printf "%.2f" (x / y) else "-"
       header = [ "test" ] ++ concat [ [a ++ " ops/s", a ++ " min–max"] | a <- arms ]
-               ++ concat [ [a ++ " ÷ redis"] | a <- weftArms ]
+               ++ [ a ++ " ÷ " ++ r | (a, r) <- pairs ]
                ++ [ a ++ " CPU us/op" | a <- arms ]
-               ++ [ a ++ " CPU ÷ redis" | a <- weftArms ]
+               ++ [ a ++ " CPU ÷ " ++ r | (a, r) <- pairs ]
                ++ [ a ++ " p50/p99 ms" | a <- arms ]
       rows = [ [ map toUpper t ]
                ++ concat [ [ printf "%.0f" (med t a smRps), spread (printf "%.0f") (get t a smRps) ] | a <- arms ]
-               ++ [ ratio (med t a smRps) (med t "redis" smRps) | a <- weftArms ]
+               ++ [ ratio (med t a smRps) (med t r smRps) | (a, r) <- pairs ]
                ++ [ printf "%.2f" (med t a smCpu) | a <- arms ]
-               ++ [ ratio (med t a smCpu) (med t "redis" smCpu) | a <- weftArms ]
+               ++ [ ratio (med t a smCpu) (med t r smCpu) | (a, r) <- pairs ]
                ++ [ printf "%.3f/%.3f" (med t a smP50) (med t a smP99) | a <- arms ]
              | t <- optTests opts ]
       table = renderTable header rows

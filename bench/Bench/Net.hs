@@ -32,6 +32,7 @@ module Bench.Net
   , WrkRun
   , newWrkRun
   , wrkSample
+  , wrkSampleReconnecting
   , NginxSite (..)
   , withNginx
   , startServer
@@ -452,12 +453,40 @@ newWrkRun st = do
 -- the settings' duration (whole seconds, at least 1) over which the
 -- server's CPU is measured.
 wrkSample :: WrkRun -> Server -> Int -> String -> IO Sample
-wrkSample (WrkRun st script) srv c path = do
+wrkSample run = wrkSampleWith run Nothing
+
+-- | As 'wrkSample', but the connections are closed and reopened: every
+-- @n@th request asks for @Connection: close@, and wrk reconnects once the
+-- server has answered and closed. wrk's script sees requests, not
+-- connections, so each connection makes @n@ requests on average.
+wrkSampleReconnecting :: WrkRun -> Int -> Server -> Int -> String -> IO Sample
+wrkSampleReconnecting run n = wrkSampleWith run (Just n)
+
+wrkSampleWith :: WrkRun -> Maybe Int -> Server -> Int -> String -> IO Sample
+wrkSampleWith (WrkRun st reportScript) closeEvery srv c path = do
+  script <- case closeEvery of
+    Nothing -> return reportScript
+    Just n -> do
+      let closing = takeDirectory reportScript </> ("wrk-reconnect-" ++ show n ++ ".lua")
+      writeFile closing (wrkScript ++ reconnectScript n)
+      return closing
   let url = "http://127.0.0.1:" ++ show (srvPort srv) ++ path
       secs = max 1 (round (setDuration st)) :: Int
-  _ <- readProcessWithExitCode "taskset" ["-c", clientCores 1, "wrk", "-t1", "-c" ++ show c, "-d1s", url] ""
+  _ <- readProcessWithExitCode "taskset" ["-c", clientCores 1, "wrk", "-t1", "-c" ++ show c, "-d1s", "-s", script, url] ""
   toSample <$> measure srv 0 (fromIntegral secs)
     ["taskset", "-c", clientCores 1, "wrk", "-t1", "-c" ++ show c, "-d" ++ show secs ++ "s", "-s", script, url]
+
+-- | wrk's request function for 'wrkSampleReconnecting'.
+reconnectScript :: Int -> String
+reconnectScript n = unlines
+  [ "local sent = 0"
+  , "request = function()"
+  , "  sent = sent + 1"
+  , "  if sent % " ++ show n ++ " == 0 then"
+  , "    return wrk.format(nil, nil, { [\"Connection\"] = \"close\" })"
+  , "  end"
+  , "  return wrk.format()"
+  , "end" ]
 
 -- | An nginx to measure.
 data NginxSite = NginxSite

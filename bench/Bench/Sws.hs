@@ -15,6 +15,11 @@
 -- table has medians and ratios of medians against weft-sws without
 -- stealing and against nginx.
 --
+-- Two loads: keep-alive (each connection stays open), and reconnecting,
+-- the paper's: each connection closes after 'reconnectAfter' requests on
+-- average and wrk opens a new one, so that weft-sws's Accept handler, on
+-- its one color, keeps working.
+--
 -- The responses are not byte-identical: weft-sws sends
 -- @Server@, @Content-Type@ and @Content-Length@ (prebuilt, no @Date@);
 -- weft-pong only @Content-Length@; nginx adds @Date@, @Last-Modified@,
@@ -35,6 +40,11 @@ import Bench.Net
 -- the quick set (what @make bench@ runs), and the settings.
 parseSwsArgs :: [String] -> IO (Bool, Settings)
 parseSwsArgs args = (,) ("--quick" `elem` args) <$> parseSettings "sws" (filter (/= "--quick") args)
+
+-- | Requests per connection on the reconnecting load, as the paper's
+-- virtual clients made (§5.3.1).
+reconnectAfter :: Int
+reconnectAfter = 150
 
 -- | The policies, by their command-line names, in 'Weft.Color.Policy'
 -- order: the baseline first.
@@ -72,13 +82,16 @@ swsBench quick st = do
         n1Arms = zip ["NoStealing", "weft-pong", "nginx"] (srv1 ++ [ngx1])
         n2Arms = zip arms (srv2 ++ [ngx2])
         cell g (a, srv) c = Cell g a (wrkSample wrkRun srv c ("/" ++ file))
+        reconnecting g (a, srv) c = Cell g a (wrkSampleReconnecting wrkRun reconnectAfter srv c ("/" ++ file))
         cells = [ cell "N1 c=64" arm 64 | arm <- n1Arms ]
+             ++ [ reconnecting "N1 c=64 reconnect" arm 64 | arm <- n1Arms ]
              ++ [ cell ("N2 c=" ++ show c) arm c | c <- concsN2, arm <- n2Arms ]
+             ++ [ reconnecting "N2 c=64 reconnect" arm 64 | arm <- n2Arms ]
     interleave "sws" (setReps st) cells
   loadAfter <- loadAverage
   -- The servers have stopped and logged their runtimes' statistics.
   steals' <- forM policies $ \p -> stealSummary (dir </> ("server-sws-N2-" ++ p ++ ".log"))
-  let groups = "N1 c=64" : [ "N2 c=" ++ show c | c <- concsN2 ]
+  let groups = ["N1 c=64", "N1 c=64 reconnect"] ++ [ "N2 c=" ++ show c | c <- concsN2 ] ++ ["N2 c=64 reconnect"]
   table <- reportWith ["NoStealing", "nginx"] "sws" groups arms False res
   let stealLines = unlines $
         "weft-sws at N2, whole run (warm-ups included), from its statistics at exit:" :
@@ -96,7 +109,7 @@ loadAverage = do
             (one : _) -> one
             [] -> "?")
 
--- | Events run, steals and lock waits, summed over the cores, and the
+-- | Events run, steals (and those that did not pay) and lock waits, summed over the cores, and the
 -- final steal-cost estimate, from a weft-sws log (printed when it stops).
 stealSummary :: FilePath -> IO String
 stealSummary path = do
@@ -105,8 +118,8 @@ stealSummary path = do
       field name = sum [ value | l <- cores, value <- fieldOf name (words l) ]
       stealCost = [ w | l <- lines text, (w : "ns" : _) <- [drop 1 (dropWhile (/= "cost") (words l))] ]
   return $ if null cores then "(no statistics in " ++ path ++ ")"
-    else printf "%10d events  %8d steals  %8d events stolen (%4.1f%%)  %6.0f ms waiting for queue locks  steal cost %s ns"
-           (field "csEventsRun") (field "csSteals") (field "csEventsStolen")
+    else printf "%10d events  %8d steals (%d unpaid)  %8d events stolen (%4.1f%%)  %6.0f ms waiting for queue locks  steal cost %s ns"
+           (field "csEventsRun") (field "csSteals") (field "csUnpaidSteals") (field "csEventsStolen")
            (100 * fromIntegral (field "csEventsStolen") / max 1 (fromIntegral (field "csEventsRun")) :: Double)
            (fromIntegral (field "csLockWaitNanos") / 1e6 :: Double)
            (concat (take 1 stealCost))
