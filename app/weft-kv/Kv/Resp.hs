@@ -31,6 +31,7 @@ module Kv.Resp
   , encodeReply
   , encodeReplyChunks
   , showInt
+  , joinLatestFirst
   , sharedBulkBytes
   , decodeReply
   , readInteger
@@ -389,6 +390,19 @@ digitCount = go 1
 -- | The absolute value, which for 'minBound' (-2^63) only a 'Word64' holds.
 magnitude :: Int -> Word64
 magnitude n = if n < 0 then negate (fromIntegral n) else fromIntegral n
+
+-- | @joinLatestFirst n strings@: the strings, which are given latest
+-- first and are @n@ bytes in all, joined in order into one string. Copies
+-- each from the end backwards, so the list needs no reversing.
+joinLatestFirst :: Int -> [ByteString] -> ByteString
+joinLatestFirst total strings = BI.unsafeCreate total (\p -> go (p `plusPtr` total) strings)
+  where
+    go :: Ptr Word8 -> [ByteString] -> IO ()
+    go _ [] = return ()
+    go end (BI.PS fp off len : rest) = do
+      let at = end `plusPtr` negate len
+      unsafeWithForeignPtr fp (\src -> BI.memcpy at (src `plusPtr` off) len)
+      go at rest
 
 -- | An integer in decimal, as redis stores and writes it.
 showInt :: Int -> ByteString

@@ -271,6 +271,10 @@ data Phase
 flushBytes :: Int
 flushBytes = 65536
 
+-- | Output up to this size is sent as one string ('flush').
+joinBytes :: Int
+joinBytes = 16384
+
 -- | Stop reading at this many outstanding commands...
 maxInFlight :: Int
 maxInFlight = 4096
@@ -647,7 +651,14 @@ resumeHeld env c = do
 -- when writable.
 flush :: Env -> Conn -> IO ()
 flush env c = do
-  chunks <- reverse <$> readIORef (connOut c)
+  out <- readIORef (connOut c)
+  size <- getCount c outSizeCount
+  -- Small output (a pipeline's replies are often a few bytes each) is
+  -- joined into one string: one plain send, one copy in the kernel.
+  let chunks = case out of
+        [_] -> out
+        _ | size <= joinBytes -> [joinLatestFirst size out]
+          | otherwise -> reverse out
   r <- sendChunks (connSocket c) chunks
   case r of
     Left () -> closeConn env c
