@@ -1,0 +1,234 @@
+{-# LANGUAGE BangPatterns #-}
+-- | weft-kv's connections: what the server's events share ('Env'), a
+-- connection's state ('Conn'), and putting replies in request order
+-- (Note [Reply order]). Every field of a 'Conn' belongs to the
+-- connection's color.
+module Kv.Conn
+  ( -- * What the events share
+    Env (..)
+    -- * Connections
+  , Conn (..)
+  , Phase (..)
+  , Early (..)
+  , Held (..)
+  , noneHeld
+  , holding
+  , andThen
+    -- * Counts
+  , seqCount
+  , nextCount
+  , outSizeCount
+  , sentCount
+  , getCount
+  , setCount
+  , addCount
+  , outstandingCount
+    -- * Replies in order
+  , Result (..)
+  , takeSeq
+  , place
+  , partsArrived
+  ) where
+
+import Control.Monad.Primitive (RealWorld)
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.IntMap.Strict as IntMap
+import Data.IORef
+import Data.Maybe (isJust)
+import Data.Primitive.PrimArray (MutablePrimArray, readPrimArray, writePrimArray)
+import Network.Socket (SockAddr)
+
+import Weft.Color (FdWatch, Runtime)
+import qualified Weft.Net as Net
+
+import Kv.Resp
+import Kv.Store (Store)
+
+------------------------------------------------------------------------------
+-- State
+
+-- | What every event of the server shares; all of it immutable or, for
+-- the connection table, touched only when connections come and go.
+data Env = Env
+  { envRuntime :: !Runtime
+  , envStore   :: !Store
+  , envLimits  :: !Limits
+  , envLive    :: !(IORef (IntMap.IntMap Conn))
+    -- ^ Open connections by fd, for closing them at shutdown.
+  , envTimeout :: !(Int, Int)
+    -- ^ The idle timeout and minimum receive ('serverTimeout').
+  , envOutputLimit :: !Int
+    -- ^ 'serverOutputLimit'.
+  , envSendStall :: !Int
+    -- ^ 'serverSendStall'.
+  , envResults :: Conn -> [Result] -> IO ()
+    -- ^ What the connection's color does with results that come back
+    -- from the key colors ("Kv.Batch"): put them in order and move the
+    -- connection on ("Kv.Server").
+  }
+
+-- | A connection. Every field is read and written only by events of
+-- 'connColor' (the acceptor creates it before the first such event).
+data Conn = Conn
+  { connSocket  :: !Net.Socket
+  , connPeer    :: !SockAddr
+  , connWatch   :: !FdWatch
+  , connColor   :: !Int
+  , connDecoder :: !(IORef Decoder)
+  , connCounts  :: !(MutablePrimArray RealWorld Int)
+    -- ^ Unboxed counts, updated for every command and reply: 'seqCount',
+    -- 'nextCount', 'outSizeCount' and 'sentCount'.
+  , connEarly   :: !(IORef (IntMap.IntMap Early))
+    -- ^ Replies that came before their turn, and multi-key commands
+    -- being joined, by sequence number.
+  , connOut     :: !(IORef [ByteString])
+    -- ^ Replies in their turn, not yet sent (latest first).
+  , connStall   :: !(IORef Bool)
+    -- ^ A stall check is armed.
+  , connPhase   :: !(IORef Phase)
+  , connReading :: !(IORef Bool)
+    -- ^ A read is coming: the watch is rearmed for it, or it is posted.
+  , connDrained :: !(IORef Bool)
+    -- ^ The last read got less than it asked for (or @EAGAIN@), so the
+    -- next data will announce itself with an edge.
+  , connWriting :: !(IORef Bool)
+    -- ^ The watch is rearmed for writing (the socket's buffer was full).
+  , connHeld    :: !(IORef Held)
+    -- ^ Commands decoded but held back behind a survey until the
+    -- commands before it have run (Note [Store-wide commands] in
+    -- "Kv.Batch"); reading pauses while there are any.
+  }
+
+-- | A connection's counts ('connCounts'): the sequence number the next
+-- command gets; the sequence number of the next reply to send; the bytes
+-- of the replies in 'connOut'; the bytes sent so far, which a stall check
+-- compares (Note [Output limits] in "Kv.Server").
+seqCount, nextCount, outSizeCount, sentCount :: Int
+seqCount = 0
+nextCount = 1
+outSizeCount = 2
+sentCount = 3
+
+getCount :: Conn -> Int -> IO Int
+getCount c = readPrimArray (connCounts c)
+{-# INLINE getCount #-}
+
+setCount :: Conn -> Int -> Int -> IO ()
+setCount c = writePrimArray (connCounts c)
+{-# INLINE setCount #-}
+
+addCount :: Conn -> Int -> Int -> IO ()
+addCount c i d = getCount c i >>= \v -> setCount c i (v + d)
+{-# INLINE addCount #-}
+
+-- | Commands sent but not yet answered in order.
+outstandingCount :: Conn -> IO Int
+outstandingCount c = (-) <$> getCount c seqCount <*> getCount c nextCount
+
+-- | Commands decoded, in order, and the protocol error that ended the
+-- input after them, if any.
+data Held = Held [[ByteString]] !(Maybe ByteString)
+
+noneHeld :: Held
+noneHeld = Held [] Nothing
+
+-- | Is anything held?
+holding :: Held -> Bool
+holding (Held cmds malformed) = not (null cmds) || isJust malformed
+
+-- | What was held, then what came after it.
+andThen :: Held -> Held -> Held
+andThen (Held cmds _) (Held more malformed) = Held (cmds ++ more) malformed
+
+-- | A reply waiting for its turn.
+data Early
+  = Encoded ![ByteString]
+  | Joining !Int !(IntMap.IntMap Reply) ([Reply] -> Reply)
+    -- ^ Parts still to come, the parts so far by position, the join.
+
+data Phase
+  = Open
+    -- ^ Reading commands.
+  | Finishing !Bool
+    -- ^ No more commands will be read (the peer ended its input, sent
+    -- QUIT, or broke the protocol): send the replies still due, then
+    -- close, lingering first ('True') if the close is ours.
+  | Lingering
+    -- ^ Replies sent, and the connection handed to 'Color.lingerClose',
+    -- so that unread input does not make the kernel reset the connection
+    -- and destroy the last reply.
+  | Closed
+
+-- Note [Reply order]
+-- ~~~~~~~~~~~~~~~~~~
+-- A client may pipeline: send many commands before reading a reply, and
+-- it reads the replies in the order of the commands. The commands of one
+-- pipeline may hit different keys, hence different colors, which run in
+-- any order and in parallel. So the connection gives each command a
+-- sequence number ('seqCount') when it decodes it, on the connection's
+-- color. The command runs on its key's color (Note [Batches per color] in
+-- "Kv.Batch"), where its reply is encoded and posted back to the
+-- connection's color with that number. There, a reply whose number is
+-- 'nextCount' goes to the output ('connOut'), followed by any replies
+-- that were waiting for it in 'connEarly'; a reply that comes early waits
+-- in 'connEarly'. Replies decided on the
+-- connection's color itself (PING, errors) take the same path at once.
+-- Both sides of the reorder step run on the connection's color, so it
+-- needs no lock, and 'nextCount' only ever grows, one reply at a time.
+--
+-- Output is sent ("Kv.Server") once nothing is outstanding ('nextCount'
+-- has caught up with 'seqCount'), or once it holds 'flushBytes': so a pipeline's replies
+-- go out in one send, and a single command's reply goes out at once. A
+-- connection stops reading while it has 'maxInFlight' commands
+-- outstanding or 'maxOutBytes' unsent, and resumes when below both, so a
+-- client that pipelines without reading its replies cannot make the
+-- server buffer without bound.
+
+-- | What a 'Work' answered: a whole command's encoded reply, or one part
+-- of a multi-key command.
+data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)]
+
+takeSeq :: Conn -> IO Int
+takeSeq c = do
+  s <- getCount c seqCount
+  setCount c seqCount (s + 1)
+  return s
+
+-- | One color's parts of a multi-key command, by position
+-- (Note [Multi-key commands] in "Kv.Batch").
+partsArrived :: Conn -> Int -> [(Int, Reply)] -> IO ()
+partsArrived c s new = do
+  early <- readIORef (connEarly c)
+  case IntMap.lookup s early of
+    Just (Joining left parts joinParts) -> do
+      let left' = left - length new
+          parts' = foldl (\m (i, r) -> IntMap.insert i r m) parts new
+      if left' > 0
+        then writeIORef (connEarly c) (IntMap.insert s (Joining left' parts' joinParts) early)
+        else do
+          writeIORef (connEarly c) (IntMap.delete s early)
+          place c s (encodeReplyChunks (joinParts (IntMap.elems parts')))
+    _ -> return ()
+
+-- | Put a reply in its place (Note [Reply order]).
+place :: Conn -> Int -> [ByteString] -> IO ()
+place c s chunks = do
+  next <- getCount c nextCount
+  if s /= next
+    then modifyIORef' (connEarly c) (IntMap.insert s (Encoded chunks))
+    else do
+      output chunks
+      early <- readIORef (connEarly c)
+      if IntMap.null early then setCount c nextCount (s + 1) else catchUp early (s + 1)
+  where
+    output cs = do
+      out <- readIORef (connOut c)
+      size <- getCount c outSizeCount
+      let push !o !n [] = writeIORef (connOut c) o >> setCount c outSizeCount n
+          push o n (x : xs) = push (x : o) (n + B.length x) xs
+      push out size cs
+    catchUp early n = case IntMap.lookup n early of
+      Just (Encoded cs) -> output cs >> catchUp (IntMap.delete n early) (n + 1)
+      _ -> writeIORef (connEarly c) early >> setCount c nextCount n
+
