@@ -2,7 +2,9 @@
 -- as colored event handlers on "Weft.Color". Commands on a key run as
 -- events of the key's color, so commands on one key are serialised
 -- without locks, and commands on different keys run in parallel. See
--- "Kv.Server" for the design and "Kv.Command" for the commands.
+-- "Kv.Server" (connections), "Kv.Conn" (reply order) and "Kv.Batch"
+-- (commands on their keys' colors) for the design, and "Kv.Command" for
+-- the commands.
 module Main (main) where
 
 import Network.Socket (SockAddr (..))
