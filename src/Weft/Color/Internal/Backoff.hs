@@ -24,7 +24,8 @@ import Data.Bits (shiftL)
 -- and every policy then serves fewer requests than no stealing at all.
 --
 -- So each worker judges its steals by what they brought. After a steal,
--- it times the batches it runs until it is idle again: the steal paid if
+-- it times the batches of the stolen color it runs until it is idle
+-- again (its own colors' work would have run anyway): the steal paid if
 -- that work ran for at least twice the steal pass ('stealPaid') plus
 -- 'fixedStealNanos' (20 us) for the costs the pass does not see. Each
 -- steal that did not pay raises the worker's back-off level by one; one

@@ -313,16 +313,16 @@ shutdown rt = do
 
 -- | A worker's judgement of its steals (Note [Stealing back-off]): its
 -- back-off level; the ns the pass of the steal being judged took (-1 for
--- none); the ns of work run since that steal.
-data Judge = Judge !(IORef Int) !(IORef Int) !(IORef Int)
+-- none); the color that steal took; the ns its events have run since.
+data Judge = Judge !(IORef Int) !(IORef Int) !(IORef Int) !(IORef Int)
 
 worker :: Runtime -> (forall a. IO a -> IO a) -> Int -> IO ()
 worker rt unmask me = do
-  judge <- Judge <$> newIORef 0 <*> newIORef (-1) <*> newIORef 0
+  judge <- Judge <$> newIORef 0 <*> newIORef (-1) <*> newIORef (-1) <*> newIORef 0
   workerJudging rt unmask me judge
 
 workerJudging :: Runtime -> (forall a. IO a -> IO a) -> Int -> Judge -> IO ()
-workerJudging rt unmask me (Judge level judged ranSince) = loop 0 0
+workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
   where
     q = rtQueues rt
     stealing = rtPolicy rt /= NoStealing
@@ -339,7 +339,8 @@ workerJudging rt unmask me (Judge level judged ranSince) = loop 0 0
           -- Before the batch, which may be long (Note [Parking]).
           when stealing (wakeThief rt me)
           took <- readIORef judged
-          n <- if took < 0 then runAll evs 0 else do
+          judging <- if took < 0 then return False else (== c) <$> readIORef stolen
+          n <- if not judging then runAll evs 0 else do
             t0 <- getMonotonicTimeNSec
             n <- runAll evs 0
             t1 <- getMonotonicTimeNSec
@@ -441,16 +442,16 @@ workerJudging rt unmask me (Judge level judged ranSince) = loop 0 0
       registerTimeout mgr (max 1 ((after - fromIntegral now) `quot` 1000 + 1)) (wake rt me)
 
     -- One pass over the victims; True if a color was stolen, which is
-    -- then judged (Note [Stealing back-off]).
+    -- then judged by the time its events run (Note [Stealing back-off]).
     stealRound = do
       t0 <- getMonotonicTimeNSec
       victims <- victimsFor
-      r <- tryVictims victims
+      c <- tryVictims victims
       t1 <- getMonotonicTimeNSec
       let took = fromIntegral (t1 - t0)
       statAdd stStealNanos took
-      when r $ writeIORef judged took >> writeIORef ranSince 0
-      return r
+      when (c >= 0) $ writeIORef judged took >> writeIORef stolen c >> writeIORef ranSince 0
+      return (c >= 0)
 
     victimsFor
       | rtPolicy rt `elem` [LocalityAware, Mely] = return (indexArray (rtVictims rt) me)
@@ -462,7 +463,8 @@ workerJudging rt unmask me (Judge level judged ranSince) = loop 0 0
               top = fst (last (sortOn snd (zip [0 ..] loads)))
           return [ v | k <- [0 .. n - 1], let v = (top + k) `mod` n, v /= me ]
 
-    tryVictims [] = return False
+    -- The color stolen, or -1.
+    tryVictims [] = return (-1)
     tryVictims (v : vs) = do
       -- Libasync-smp locks each victim to look; the others look first.
       worth <- if rtPolicy rt == LibasyncSmp then return True else hasStealable q v
@@ -487,7 +489,7 @@ workerJudging rt unmask me (Judge level judged ranSince) = loop 0 0
             old <- stealCost q
             let sample = min (fromIntegral (t1 - t0)) (2 * old + 1000)
             setStealCost q (max 1 ((7 * old + sample) `quot` 8))
-            return True
+            return c
 
     choose v = case rtPolicy rt of
       NoStealing -> return (-1)
