@@ -1,7 +1,9 @@
 {-# LANGUAGE BangPatterns, RankNTypes, ScopedTypeVariables #-}
 -- | The colored runtime: colors, handlers, configuration, the workers and
 -- their stealing, posting, shutdown and statistics ("Weft.Color" is the
--- façade and its documentation).
+-- façade and its documentation). A little over 600 lines: the worker's
+-- loop, stealing, parking and back-off share one closure of per-worker
+-- state, and splitting them would pass that state around instead.
 -- Internal and unstable (everything is exported; the façade picks the
 -- API): import "Weft.Color".
 module Weft.Color.Internal.Runtime where
