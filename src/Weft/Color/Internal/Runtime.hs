@@ -529,11 +529,13 @@ wakeThief rt victim = do
   when (parked > 0) $ do
     more <- hasStealable q victim
     when more $ do
-      now <- fromIntegral <$> getMonotonicTimeNSec
+      -- A sleeper backing off is left alone (Note [Stealing back-off]);
+      -- the clock is read only for one that may be.
       let ready t = do
             sleeping <- parkedFlag q t
             after <- readCounter (rtStats rt) (t * statStride + stStealAfter)
-            return (sleeping && now >= after)
+            if not sleeping || after == 0 then return sleeping
+              else (>= after) . fromIntegral <$> getMonotonicTimeNSec
       sleepers <- filterM ready (indexArray (rtVictims rt) victim)
       case sleepers of
         t : _ -> wake rt t
