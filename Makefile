@@ -13,7 +13,8 @@ DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
                 libghc-network-dev gcc make wrk nginx-light gnuplot-nox \
                 redis-server redis-tools iproute2 util-linux \
                 libghc-warp-dev libghc-wai-dev libghc-http-types-dev \
-                libghc-streaming-commons-dev nghttp2-client curl
+                libghc-streaming-commons-dev nghttp2-client curl \
+                liburing-dev
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin

@@ -13,6 +13,7 @@ import Test.Hspec
 import qualified Test.AfPacket
 import qualified Test.Ixgbe
 import qualified Test.PacketApps
+import qualified Test.Uring
 #endif
 import qualified Test.Color
 import qualified Test.ColorQueues
@@ -52,6 +53,7 @@ main = do
     Test.AfPacket.spec
     Test.Ixgbe.spec
     Test.PacketApps.spec
+    Test.Uring.spec
 #endif
     forM_ E.availableBackendKinds $ \kind ->
       describe ("backend " ++ E.backendKindName kind) $

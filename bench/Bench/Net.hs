@@ -352,6 +352,10 @@ linePlot output name title xlabel ylabel groups arms column logY = unlines $
          ++ " with linespoints lw 2 title '" ++ a ++ "'"
        | (ai, a) <- zip [0 :: Int ..] arms ] ]
 
+-- | A weft server's command line, run on the io_uring backend.
+onUring :: [String] -> [String]
+onUring argv = "env" : "WEFT_BACKEND=uring" : argv
+
 ------------------------------------------------------------------------------
 -- simple
 
@@ -363,11 +367,12 @@ simpleBench st = do
   bin <- binDir
   let concs = [1, 16, 64, 400] :: [Int]
       caps = [1, 2] :: [Int]
-      arms = ["weft", "ghc", "C"]
+      arms = ["weft", "weft-uring", "ghc", "C"]
   putStrLn "weft-bench simple: SimpleServer (90-byte requests, 323-byte replies), closed loop"
   tables <- forM caps $ \n -> do
     let servers =
           [ ("simple-weft", serverCores n, \p -> [bin </> "weft-simple-server", show p, "90", "323", "--manager", "weft", "+RTS", "-N" ++ show n, "-RTS"])
+          , ("simple-weft-uring", serverCores n, \p -> onUring [bin </> "weft-simple-server", show p, "90", "323", "--manager", "weft", "+RTS", "-N" ++ show n, "-RTS"])
           , ("simple-ghc", serverCores n, \p -> [bin </> "weft-simple-server", show p, "90", "323", "--manager", "ghc", "+RTS", "-N" ++ show n, "-RTS"])
           , ("simple-C", serverCores n, \p -> [bin </> "weft-ref-server", show p, "90", "323", "--threads", show n]) ]
     withServers servers $ \srvs -> do
@@ -391,11 +396,12 @@ echoBench :: Settings -> IO String
 echoBench st = do
   bin <- binDir
   dir <- resultsDir
-  let arms = ["ghc-nonthreaded", "ghc", "weft", "C"]
+  let arms = ["ghc-nonthreaded", "ghc", "weft", "weft-uring", "C"]
       servers =
         [ ("echo-ghc-nonthreaded", "0", \p -> [bin </> "weft-echo-nonthreaded", show p, "--manager", "ghc"])
         , ("echo-ghc", "0", \p -> [bin </> "weft-echo", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"])
         , ("echo-weft", "0", \p -> [bin </> "weft-echo", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
+        , ("echo-weft-uring", "0", \p -> onUring [bin </> "weft-echo", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
         , ("echo-C", "0", \p -> [bin </> "weft-ref-server", show p, "0", "0", "--echo"]) ]
   putStrLn "weft-bench echo: one connection, 8-byte ping-pong, closed loop"
   withServers servers $ \srvs -> do
@@ -423,10 +429,11 @@ pongBench st = do
   _ <- raiseFdLimit
   bin <- binDir
   wrkRun <- newWrkRun st
-  let arms = ["weft", "ghc", "nginx"]
+  let arms = ["weft", "weft-uring", "ghc", "nginx"]
       concs = [16, 64, 400] :: [Int]
       servers =
         [ ("pong-weft", "0", \p -> [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
+        , ("pong-weft-uring", "0", \p -> onUring [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
         , ("pong-ghc", "0", \p -> [bin </> "weft-pong", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"]) ]
   putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core"
   withServers servers $ \srvs -> withNginx (NginxSite "nginx" "0" 1 pongLocation) $ \ngx -> do

@@ -23,6 +23,7 @@ module Weft.Event
   , availableBackendKinds
   , setSystemBackend
   , systemBackendKind
+  , systemBackendFallback
     -- * Events
   , Event
   , evtRead

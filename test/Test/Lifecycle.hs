@@ -107,9 +107,10 @@ spec kind = do
         (E.statNonBlockingPolls s2 - E.statNonBlockingPolls s1) `shouldSatisfy` (< 4)
 
   describe "backend choice" $ do
-    it "WEFT_BACKEND selects epoll or poll, and rejects anything else" $ do
+    it "WEFT_BACKEND selects epoll, poll or uring, and rejects anything else" $ do
       (setEnv "WEFT_BACKEND" "poll" >> backendKindFromEnv) `shouldReturn` E.PollBackend
       (setEnv "WEFT_BACKEND" "epoll" >> backendKindFromEnv) `shouldReturn` E.EPollBackend
+      (setEnv "WEFT_BACKEND" "uring" >> backendKindFromEnv) `shouldReturn` E.UringBackend
       (setEnv "WEFT_BACKEND" "kqueue" >> backendKindFromEnv)
         `shouldThrow` (\e -> ioe_type e == InvalidArgument && hasErrno eINVAL e)
       (unsetEnv "WEFT_BACKEND" >> backendKindFromEnv) `shouldReturn` head E.availableBackendKinds

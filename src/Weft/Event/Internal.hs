@@ -138,13 +138,14 @@ data ArmResult
     -- ^ The fd could not be armed (e.g. @EBADF@).
 
 -- | The backends weft ships.
-data BackendKind = EPollBackend | PollBackend
+data BackendKind = EPollBackend | PollBackend | UringBackend
   deriving (Eq, Show, Enum, Bounded)
 
 -- | The name used by @WEFT_BACKEND@: @"epoll"@ or @"poll"@.
 backendKindName :: BackendKind -> String
 backendKindName EPollBackend = "epoll"
 backendKindName PollBackend = "poll"
+backendKindName UringBackend = "uring"
 
 -- | A polling backend: a record of operations over OS state, one module
 -- per OS mechanism. Every operation on one fd is made by the manager while
@@ -176,5 +177,10 @@ data Backend = Backend
     -- ^ How many calls that change the kernel's interest set (epoll_ctl)
     -- the backend has made so far, every one counted: arms, watches,
     -- forgets and retries. 0 for a backend that keeps its interest set in
-    -- user space (poll).
+    -- user space (poll). The uring backend counts the poll requests and
+    -- removals it queues.
+  , backendResubmits :: !(IO Int)
+    -- ^ Requests the kernel cancelled because the OS thread that submitted
+    -- them exited, and that the backend submitted again (uring: Note
+    -- [Submitting threads]); 0 for the others.
   }

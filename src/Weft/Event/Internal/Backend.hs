@@ -16,6 +16,7 @@ import System.Environment (lookupEnv)
 
 #ifdef WEFT_LINUX
 import qualified Weft.Event.Internal.Backend.EPoll as EPoll
+import Weft.Event.Internal.Backend.Uring (newUringBackend)
 #endif
 import Weft.Event.Internal.Backend.Poll (newPollBackend)
 import Weft.Event.Internal
@@ -27,20 +28,27 @@ import Weft.Internal.Error (unsupported)
 
 -- | Open a backend of the given kind, with an eventfd wakeup channel (a pipe
 -- where eventfd is missing). Throws an 'IOError' if its fds cannot be had,
--- or (@UnsupportedOperation@) if this build has no such backend.
+-- or (@UnsupportedOperation@) if this build has no such backend. A uring
+-- backend the kernel refuses is an 'IOError' with the set-up's errno
+-- (@ENOSYS@, @EPERM@): this call never falls back; the system managers do
+-- ("Weft.Event.Internal.System").
 newBackend :: BackendKind -> IO Backend
 #ifdef WEFT_LINUX
 newBackend EPollBackend = EPoll.newEPollBackend EventFdWakeup
+newBackend UringBackend = newUringBackend
 #else
 newBackend EPollBackend =
   ioError (unsupported "newBackend" "this build has no epoll backend (it is Linux's); use poll")
+newBackend UringBackend =
+  ioError (unsupported "newBackend" "this build has no io_uring backend (it is Linux's); use poll")
 #endif
 newBackend PollBackend = newPollBackend EventFdWakeup
 
--- | The backends this build has, the default first.
+-- | The backends this build has, the default first. (Whether the kernel
+-- lets a process use io_uring is known only when a ring is set up.)
 availableBackendKinds :: [BackendKind]
 #ifdef WEFT_LINUX
-availableBackendKinds = [EPollBackend, PollBackend]
+availableBackendKinds = [EPollBackend, PollBackend, UringBackend]
 #else
 availableBackendKinds = [PollBackend]
 #endif
@@ -49,7 +57,7 @@ availableBackendKinds = [PollBackend]
 defaultBackendKind :: BackendKind
 defaultBackendKind = head availableBackendKinds
 
--- | Parse @"epoll"@ or @"poll"@.
+-- | Parse @"epoll"@, @"poll"@ or @"uring"@.
 parseBackendKind :: String -> Maybe BackendKind
 parseBackendKind s = lookup s [ (backendKindName k, k) | k <- [minBound .. maxBound] ]
 
@@ -62,5 +70,5 @@ backendKindFromEnv = do
     Nothing -> return defaultBackendKind
     Just "" -> return defaultBackendKind
     Just s -> maybe (ioError (invalidArgument "WEFT_BACKEND"
-                               (show s ++ " is not a backend; use epoll or poll"))) return
+                               (show s ++ " is not a backend; use epoll, poll or uring"))) return
                     (parseBackendKind s)

@@ -27,6 +27,7 @@ data ManagerStats = ManagerStats
   , statSpins             :: !Int -- ^ dry spells the dispatcher spun through (Note [Adaptive spinning])
   , statSpinHits          :: !Int -- ^ of those, spells that events ended while it spun
   , statSpinNanos         :: !Int -- ^ nanoseconds spent spinning
+  , statResubmits         :: !Int -- ^ requests resubmitted after the OS thread that submitted them exited (uring; Note [Submitting threads])
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -37,3 +38,4 @@ getManagerStats mgr = do
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> backendKernelCalls (mgrBackend mgr) <*> r cTimersFired
                <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
+               <*> backendResubmits (mgrBackend mgr)

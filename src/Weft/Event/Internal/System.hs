@@ -10,6 +10,19 @@
 -- waits registered with them. When it grows again, each dispatcher returns to
 -- its own capability after its next blocking poll; weft's 'setNumCapabilities'
 -- wakes them so that happens at once.
+--
+-- Note [Falling back from io_uring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A kernel without io_uring, one with it disabled
+-- (@kernel.io_uring_disabled@), or a seccomp profile that blocks it (as
+-- container runtimes' defaults do) refuses to set up a ring. The system
+-- managers are chosen by deployment (@WEFT_BACKEND=uring@ or
+-- 'setSystemBackend'), and a server should not stop serving because its
+-- container forbids a faster path: they fall back to the default backend
+-- (epoll), say so once on stderr, and record why
+-- ('systemBackendFallback'). A program that must have io_uring checks that,
+-- or opens its own manager with 'Weft.Event.newManager', which never falls
+-- back.
 module Weft.Event.Internal.System
   ( getSystemManager
   , startSystemManagers
@@ -18,19 +31,22 @@ module Weft.Event.Internal.System
   , setSystemBackend
   , shutdownSystemManagers
   , setNumCapabilities
+  , systemBackendFallback
   ) where
 
 import Control.Concurrent (myThreadId, rtsSupportsBoundThreads)
 import Control.Concurrent.MVar
+import Control.Exception (try)
 import Control.Monad (forM_, unless)
 import Data.IORef
 import Data.Maybe (catMaybes)
 import Data.Primitive.Array
 import qualified GHC.Conc as Conc
+import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Event.Internal.Backend (backendKindFromEnv)
-import Weft.Event.Internal (BackendKind)
+import Weft.Event.Internal.Backend (backendKindFromEnv, defaultBackendKind)
+import Weft.Event.Internal (BackendKind (..), backendKindName)
 import Weft.Event.Internal.Core
 import Weft.Internal.Error (unsupported)
 
@@ -68,13 +84,37 @@ start cap = do
     case existing of
       Just m -> return (Just kind, m)
       Nothing -> do
-        m <- newManager kind cap
+        (kind', m) <- newSystemManager kind cap
         let size = max (cap + 1) (sizeofArray arr)
             at i | i == cap = Just m
                  | i < sizeofArray arr = indexArray arr i
                  | otherwise = Nothing
         writeIORef systemRef (fromListN size (map at [0 .. size - 1]))
-        return (Just kind, m)
+        return (Just kind', m)
+
+-- | A manager of the given kind, or of the default kind if the kernel
+-- refuses io_uring (Note [Falling back from io_uring]).
+newSystemManager :: BackendKind -> Int -> IO (BackendKind, Manager)
+newSystemManager UringBackend cap = do
+  r <- try (newManager UringBackend cap)
+  case r of
+    Right m -> return (UringBackend, m)
+    Left e -> do
+      writeIORef fallbackRef (Just e)
+      hPutStrLn stderr ("weft: the kernel refused io_uring (" ++ show e ++ "); using "
+                        ++ backendKindName defaultBackendKind ++ " instead")
+      (,) defaultBackendKind <$> newManager defaultBackendKind cap
+newSystemManager kind cap = (,) kind <$> newManager kind cap
+
+{-# NOINLINE fallbackRef #-}
+fallbackRef :: IORef (Maybe IOError)
+fallbackRef = unsafePerformIO (newIORef Nothing)
+
+-- | Why the system managers fell back from io_uring to the default backend,
+-- if they did (Note [Falling back from io_uring]); 'Nothing' once
+-- 'setSystemBackend' chooses again.
+systemBackendFallback :: IO (Maybe IOError)
+systemBackendFallback = readIORef fallbackRef
 
 -- | Start the system manager of every capability now, rather than on
 -- first use: a server calls this before it accepts, so that running out of
@@ -98,6 +138,7 @@ systemBackendKind = withMVar systemLock (maybe backendKindFromEnv return)
 setSystemBackend :: BackendKind -> IO ()
 setSystemBackend kind = modifyMVar_ systemLock $ \_ -> do
   stopAll
+  writeIORef fallbackRef Nothing
   return (Just kind)
 
 -- | Shut every system manager down ('shutdownManager'): pending waits fail

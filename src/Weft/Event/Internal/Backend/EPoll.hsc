@@ -96,6 +96,7 @@ newEPollBackend wkind = do
         _ <- c_close epfd
         return ()
     , backendKernelCalls = readCounter calls 0
+    , backendResubmits = return 0
     }
 
 -- | See Note [Arming with a known flag]. @ctl op fd flags data@ makes (and

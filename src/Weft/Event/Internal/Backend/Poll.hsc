@@ -63,6 +63,7 @@ newPollBackend wkind = do
     , backendWakeOnArm = True
     , backendClose = closeWakeup wake
     , backendKernelCalls = return 0
+    , backendResubmits = return 0
     }
 
 arm :: PollState -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult

@@ -1,0 +1,359 @@
+/* weft's io_uring ring: readiness through poll requests.
+ *
+ * The ring itself comes from liburing (Debian's liburing-dev): its set-up,
+ * mmaps and memory barriers are the part of io_uring that is easy to get
+ * subtly wrong, and liburing is the kernel developers' own reference for
+ * them. What weft decides (which requests, when they are submitted, what a
+ * completion means) is here and in Weft.Event.Internal.Backend.Uring.
+ *
+ * One ring per manager. Every operation on it takes the ring's mutex,
+ * except the blocking wait, which takes it only to reap and to flush the
+ * submission queue: arms come from any capability's OS thread.
+ *
+ * A poll request's user_data is the arm's tag (31 bits, Registry's slot
+ * tag) above the fd, as the epoll backend's event data, so an arm is
+ * recognised by its user_data alone. The ring remembers, per fd, the
+ * user_data of the request now armed and how it was armed, so that it can
+ * remove it, re-arm a level-triggered interest after each report, and
+ * resubmit a request the kernel cancelled because the OS thread that
+ * submitted it exited (see Note [Submitting threads] in the Haskell module).
+ * User data with the top bit set is the ring's own: the wakeup read, and
+ * removals whose completions nobody needs.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <liburing.h>
+
+#define UD_OWN     (1ULL << 63)
+#define UD_IGNORE  (UD_OWN | 0)
+#define UD_WAKE    (UD_OWN | 1)
+
+enum { MODE_ONCE = 0, MODE_LEVEL = 1, MODE_EDGE = 2 };
+
+struct watch {
+    uint64_t ud;       /* the armed request's user_data; 0: none */
+    uint32_t mask;     /* its poll mask */
+    uint32_t mode;     /* MODE_* */
+};
+
+struct weft_uring {
+    struct io_uring ring;
+    pthread_mutex_t lock;
+    struct watch *watches;
+    size_t nwatches;
+    int wakefd;
+    uint64_t wakebuf;
+    int wake_armed;          /* a read of wakefd is in the ring */
+    int woken;               /* a wakeup was reaped since the last poll returned */
+    long interest_changes;   /* poll adds and removes queued */
+    long resubmits;          /* requests resubmitted after a thread exit */
+    long enters;             /* io_uring_enter calls */
+};
+
+/* The reaped events handed to Haskell: a poll's fd, tag and revents. */
+struct weft_uring_event {
+    uint32_t fd;
+    uint32_t tag;
+    uint32_t revents;
+    uint32_t pad;
+};
+
+/* Test hook: a nonzero errno makes every ring set-up fail with it. */
+int weft_uring_fail_setup = 0;
+
+struct weft_uring *weft_uring_open(unsigned entries, int *err)
+{
+    if (weft_uring_fail_setup) {
+        *err = weft_uring_fail_setup;
+        return NULL;
+    }
+    struct weft_uring *u = calloc(1, sizeof *u);
+    if (!u) { *err = ENOMEM; return NULL; }
+    struct io_uring_params p;
+    memset(&p, 0, sizeof p);
+    p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
+    p.cq_entries = entries * 4;
+    int r = io_uring_queue_init_params(entries, &u->ring, &p);
+    if (r < 0) { free(u); *err = -r; return NULL; }
+    /* Blocking: a ring's read of a non-blocking file fails with EAGAIN
+     * instead of waiting for data. */
+    u->wakefd = eventfd(0, EFD_CLOEXEC);
+    if (u->wakefd < 0) {
+        *err = errno;
+        io_uring_queue_exit(&u->ring);
+        free(u);
+        return NULL;
+    }
+    pthread_mutex_init(&u->lock, NULL);
+    return u;
+}
+
+void weft_uring_close(struct weft_uring *u)
+{
+    io_uring_queue_exit(&u->ring);
+    close(u->wakefd);
+    pthread_mutex_destroy(&u->lock);
+    free(u->watches);
+    free(u);
+}
+
+/* Submit what is queued. Lock held. */
+static int submit(struct weft_uring *u)
+{
+    if (io_uring_sq_ready(&u->ring) == 0)
+        return 0;
+    u->enters++;
+    int r = io_uring_submit(&u->ring);
+    return r < 0 ? r : 0;
+}
+
+/* A free submission entry, submitting what is queued if the queue is
+ * full. Lock held. NULL only if the kernel takes none (then -errno in *err). */
+static struct io_uring_sqe *get_sqe(struct weft_uring *u)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+    if (!sqe) {
+        submit(u);
+        sqe = io_uring_get_sqe(&u->ring);
+    }
+    return sqe;
+}
+
+static struct watch *watch_of(struct weft_uring *u, int fd, int grow)
+{
+    if ((size_t) fd >= u->nwatches) {
+        if (!grow)
+            return NULL;
+        size_t n = u->nwatches ? u->nwatches : 1024;
+        while (n <= (size_t) fd) n *= 2;
+        struct watch *w = realloc(u->watches, n * sizeof *w);
+        if (!w) return NULL;
+        memset(w + u->nwatches, 0, (n - u->nwatches) * sizeof *w);
+        u->watches = w;
+        u->nwatches = n;
+    }
+    return &u->watches[fd];
+}
+
+/* Queue the poll request of a watch. Lock held. */
+static int queue_poll(struct weft_uring *u, int fd, struct watch *w)
+{
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (!sqe) return -EBUSY;
+    if (w->mode == MODE_EDGE)
+        io_uring_prep_poll_multishot(sqe, fd, w->mask);
+    else
+        io_uring_prep_poll_add(sqe, fd, w->mask);
+    io_uring_sqe_set_data64(sqe, w->ud);
+    u->interest_changes++;
+    return 0;
+}
+
+/* Queue the removal of the watch's request, if any. Lock held. */
+static int queue_remove(struct weft_uring *u, struct watch *w)
+{
+    if (!w->ud) return 0;
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (!sqe) return -EBUSY;
+    io_uring_prep_poll_remove(sqe, w->ud);
+    io_uring_sqe_set_data64(sqe, UD_IGNORE);
+    sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    w->ud = 0;
+    u->interest_changes++;
+    return 1;
+}
+
+static int queue_wake_read(struct weft_uring *u)
+{
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (!sqe) return -EBUSY;
+    io_uring_prep_read(sqe, u->wakefd, &u->wakebuf, sizeof u->wakebuf, 0);
+    io_uring_sqe_set_data64(sqe, UD_WAKE);
+    u->wake_armed = 1;
+    return 0;
+}
+
+/* Arm fd for mask (poll bits; 0 disarms) in the given mode, reporting tag.
+ * The request is queued, and submitted by the next poll (the caller wakes
+ * a blocked one). An fd weft does not yet know is checked first, so that
+ * a bad fd fails the arm at once, as with epoll. Returns 0 or -errno. */
+int weft_uring_arm(struct weft_uring *u, int fd, uint32_t tag, uint32_t mask,
+                   int mode, int known)
+{
+    if (!known && fcntl(fd, F_GETFD) < 0)
+        return -errno;
+    pthread_mutex_lock(&u->lock);
+    int r = 0;
+    struct watch *w = watch_of(u, fd, 1);
+    if (!w) { r = -ENOMEM; goto out; }
+    if ((r = queue_remove(u, w)) < 0) goto out;
+    r = 0;
+    if (mask) {
+        w->ud = ((uint64_t) tag << 32) | (uint32_t) fd;
+        w->mask = mask;
+        w->mode = mode;
+        r = queue_poll(u, fd, w);
+        if (r < 0) w->ud = 0;
+    }
+out:
+    pthread_mutex_unlock(&u->lock);
+    return r;
+}
+
+/* Remove fd's request and submit the removal now: the request holds a
+ * reference to the file, so a close that follows would otherwise not close
+ * the socket until the next poll. */
+void weft_uring_forget(struct weft_uring *u, int fd)
+{
+    pthread_mutex_lock(&u->lock);
+    struct watch *w = watch_of(u, fd, 0);
+    if (w && queue_remove(u, w) > 0)
+        submit(u);
+    pthread_mutex_unlock(&u->lock);
+}
+
+int weft_uring_wake(struct weft_uring *u)
+{
+    uint64_t one = 1;
+    return write(u->wakefd, &one, sizeof one) < 0 ? -errno : 0;
+}
+
+/* Handle the completions in the queue, at most max of them delivered.
+ * Lock held. */
+static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
+{
+    struct io_uring_cqe *cqe;
+    unsigned head, seen = 0;
+    int n = 0;
+    io_uring_for_each_cqe(&u->ring, head, cqe) {
+        if (n >= max) break;
+        seen++;
+        uint64_t ud = cqe->user_data;
+        int32_t res = cqe->res;
+        if (ud & UD_OWN) {
+            if (ud == UD_WAKE) {
+                u->woken = 1;
+                queue_wake_read(u);
+            }
+            continue;
+        }
+        int fd = (int) (uint32_t) ud;
+        struct watch *w = watch_of(u, fd, 0);
+        if (!w || w->ud != ud)
+            continue;                     /* removed or re-armed since */
+        if (res == -ECANCELED) {
+            /* Not ours (ours remove the watch first): the submitting
+             * thread exited. */
+            u->resubmits++;
+            queue_poll(u, fd, w);
+            continue;
+        }
+        out[n].fd = (uint32_t) fd;
+        out[n].tag = (uint32_t) (ud >> 32);
+        out[n].revents = res < 0 ? POLLERR : (uint32_t) res;
+        out[n].pad = 0;
+        n++;
+        if (res < 0 || w->mode == MODE_ONCE)
+            w->ud = 0;
+        else if (w->mode == MODE_LEVEL || !(cqe->flags & IORING_CQE_F_MORE))
+            queue_poll(u, fd, w);
+    }
+    io_uring_cq_advance(&u->ring, seen);
+    return n;
+}
+
+/* Flush the submission queue to the kernel without entering it; returns
+ * how many entries the next io_uring_enter should submit. Lock held. */
+static unsigned flush_sq(struct weft_uring *u)
+{
+    struct io_uring_sq *sq = &u->ring.sq;
+    unsigned tail = sq->sqe_tail;
+    if (sq->sqe_head != tail) {
+        sq->sqe_head = tail;
+        io_uring_smp_store_release(sq->ktail, tail);
+    }
+    return tail - *sq->khead;
+}
+
+/* Poll: reap up to max events into out. ns == 0 returns at once (an
+ * unsafe call); ns > 0 waits at most ns nanoseconds, ns < 0 until an event
+ * or a wakeup (safe calls). Queued requests are submitted either way, in
+ * the same io_uring_enter as the wait. Returns the count, or -errno. */
+int weft_uring_poll(struct weft_uring *u, struct weft_uring_event *out, int max,
+                    int64_t ns)
+{
+    pthread_mutex_lock(&u->lock);
+    if (!u->wake_armed) queue_wake_read(u);
+    if (io_uring_cq_has_overflow(&u->ring)) {
+        u->enters++;
+        io_uring_get_events(&u->ring);
+    }
+    int n = reap(u, out, max);
+    if (n > 0 || ns == 0 || u->woken) {
+        /* A wakeup reaped here was meant for this poll (the manager wakes
+         * only a dispatcher on its way to block): do not block. */
+        u->woken = 0;
+        int r = submit(u);
+        pthread_mutex_unlock(&u->lock);
+        return n > 0 ? n : r;
+    }
+    unsigned to_submit = flush_sq(u);
+    u->enters++;
+    pthread_mutex_unlock(&u->lock);
+
+    struct __kernel_timespec ts;
+    struct io_uring_getevents_arg arg;
+    memset(&arg, 0, sizeof arg);
+    arg.sigmask_sz = _NSIG / 8;
+    if (ns > 0) {
+        ts.tv_sec = ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
+        arg.ts = (uint64_t) (uintptr_t) &ts;
+    }
+    int r = syscall(__NR_io_uring_enter, u->ring.ring_fd, to_submit, 1,
+                    IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof arg);
+    int err = r < 0 ? errno : 0;
+
+    pthread_mutex_lock(&u->lock);
+    n = reap(u, out, max);
+    u->woken = 0;
+    int r2 = submit(u);
+    pthread_mutex_unlock(&u->lock);
+    if (n > 0) return n;
+    if (err && err != ETIME && err != EINTR && err != EBUSY) return -err;
+    return r2 < 0 ? r2 : 0;
+}
+
+long weft_uring_interest_changes(struct weft_uring *u)
+{
+    pthread_mutex_lock(&u->lock);
+    long n = u->interest_changes;
+    pthread_mutex_unlock(&u->lock);
+    return n;
+}
+
+long weft_uring_resubmits(struct weft_uring *u)
+{
+    pthread_mutex_lock(&u->lock);
+    long n = u->resubmits;
+    pthread_mutex_unlock(&u->lock);
+    return n;
+}
+
+long weft_uring_enters(struct weft_uring *u)
+{
+    pthread_mutex_lock(&u->lock);
+    long n = u->enters;
+    pthread_mutex_unlock(&u->lock);
+    return n;
+}

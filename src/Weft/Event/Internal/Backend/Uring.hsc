@@ -1,0 +1,171 @@
+{-# LANGUAGE CApiFFI, BangPatterns #-}
+-- | The Linux io_uring backend: readiness through poll requests on a ring
+-- (@WEFT_BACKEND=uring@). The ring, its per-fd table and the reaping are
+-- in @cbits/weft_uring.c@.
+-- Internal and unstable: weft's own modules and tests use it.
+--
+-- Note [Deferred submission]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- An arm only queues its requests (a removal of the fd's old poll request
+-- and the new one) in the ring's submission queue: no system call. The
+-- dispatcher's next poll submits everything queued, in the same
+-- @io_uring_enter@ as its wait when it blocks, or in one enter when it
+-- does not block. A dispatcher blocked in the kernel does not see what was
+-- queued after it went in, so the backend asks for a wakeup on every arm
+-- ('backendWakeOnArm'); the manager makes one only when the dispatcher is
+-- blocked. A busy server's arms therefore cost no system call of their
+-- own, where epoll makes one @epoll_ctl@ per arm.
+--
+-- 'backendForget' is the exception: it submits its removal at once,
+-- because a poll request holds a reference to the file, and the close
+-- that follows a forget must close the socket now, not at the next poll.
+--
+-- Note [Submitting threads]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~
+-- The kernel cancels a request (@-ECANCELED@) when the OS thread that
+-- submitted it exits, and GHC's worker OS threads do exit (the RTS keeps
+-- only a few spare ones). Requests here are submitted by whichever OS thread
+-- runs the dispatcher (or a forget) at the time. The ring remembers each
+-- fd's armed request, and weft never cancels one without first forgetting
+-- it, so a cancelled completion whose request is still the fd's armed one
+-- was the thread's exit: the ring submits it again, unchanged, from the
+-- dispatcher (counted as 'backendResubmits'). A poll request consumes
+-- nothing, so a resubmission loses and duplicates nothing.
+--
+-- Note [Fds closed behind weft's back, on a ring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- epoll forgets a closed fd, and weft learns of it at the next arm
+-- ('ArmedAfterVanish'). A poll request on a ring instead keeps the file
+-- open until the request completes or is removed, so an fd closed with
+-- plain @close@ while a wait is pending neither wakes the wait nor closes
+-- the socket. Close through 'Weft.closeFdWith' (or "Weft.Net"'s @close@),
+-- which forgets first; the uring backend never reports 'ArmedAfterVanish'.
+module Weft.Event.Internal.Backend.Uring
+  ( newUringBackend
+  , setUringSetupFailure
+  ) where
+
+import Data.Bits ((.&.), (.|.))
+import Data.Int (Int64)
+import Data.Word (Word32)
+import Foreign.C.Error (Errno (..), eOK, errnoToIOError)
+import Foreign.C.Types (CInt (..), CLong (..), CUInt (..))
+import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
+import Foreign.Marshal.Alloc (alloca)
+import Foreign.Ptr (Ptr, nullPtr, plusPtr)
+import Foreign.Storable (peek, peekByteOff, poke)
+import System.Posix.Types (Fd (..))
+
+import Weft.Event.Internal
+
+#define _GNU_SOURCE
+#include <poll.h>
+
+data Ring
+
+-- | Events fetched per reap; the rest wait for the next poll.
+eventBufferSize :: Int
+eventBufferSize = 256
+
+-- | Bytes per reaped event (@struct weft_uring_event@).
+eventSize :: Int
+eventSize = 16
+
+-- | Submission queue entries per ring (completion queue: four times as many).
+ringEntries :: CUInt
+ringEntries = 4096
+
+-- | Open a ring. Throws an 'IOError' with the set-up's errno if the kernel
+-- refuses (@ENOSYS@: no io_uring; @EPERM@: disabled, or a seccomp profile)
+-- or the ring's memory or eventfd cannot be had.
+newUringBackend :: IO Backend
+newUringBackend = do
+  ring <- alloca $ \errp -> do
+    r <- c_open ringEntries errp
+    if r /= nullPtr then return r else do
+      err <- peek errp
+      ioError (errnoToIOError "weft: io_uring_setup" (Errno err) Nothing Nothing)
+  buf <- mallocForeignPtrBytes (eventBufferSize * eventSize)
+  let poll :: PollTimeout -> EventHandler -> IO Int
+      poll timeout handler = withForeignPtr buf $ \p -> do
+        n <- case timeout of
+          NoWait      -> c_poll_unsafe ring p (fromIntegral eventBufferSize) 0
+          WaitNanos t -> c_poll_safe ring p (fromIntegral eventBufferSize) (fromIntegral (max 1 t))
+          WaitForever -> c_poll_safe ring p (fromIntegral eventBufferSize) (-1)
+        if n < 0
+          then ioError (errnoToIOError "weft: io_uring_enter" (Errno (negate n)) Nothing Nothing)
+          else dispatch p (fromIntegral n) 0
+        where
+          dispatch :: Ptr () -> Int -> Int -> IO Int
+          dispatch p n i
+            | i >= n = return n
+            | otherwise = do
+                let e = p `plusPtr` (i * eventSize)
+                fd <- peekByteOff e 0 :: IO Word32
+                tag <- peekByteOff e 4 :: IO Word32
+                revents <- peekByteOff e 8 :: IO Word32
+                handler (Fd (fromIntegral fd)) tag (fromPoll revents)
+                dispatch p n (i + 1)
+  return Backend
+    { backendKind = UringBackend
+    , backendPoll = poll
+    , backendArm = \fd tag interest known -> do
+        r <- c_arm ring fd tag (toPoll interest) (mode interest) (if known then 1 else 0)
+        return (if r == 0 then Armed else ArmFailed (Errno (negate r)))
+    , backendEdges = True
+    , backendForget = c_forget ring
+    , backendWake = () <$ c_wake ring
+    , backendWakeOnArm = True
+    , backendClose = c_close ring
+    , backendKernelCalls = fromIntegral <$> c_interest_changes ring
+    , backendResubmits = fromIntegral <$> c_resubmits ring
+    }
+
+-- | The poll mask of an interest; 0 for none.
+toPoll :: Interest -> Word32
+toPoll (Interest ev trigger)
+  | ev == evtNothing = 0
+  | otherwise = (if ev `eventIs` evtRead then #{const POLLIN} else 0)
+            .|. (if ev `eventIs` evtWrite then #{const POLLOUT} else 0)
+            -- As with epoll: a hang-up must reach an edge-triggered reader.
+            .|. (if trigger == Edge then #{const POLLRDHUP} else 0)
+
+-- | The ring's arming modes: one-shot, one-shot re-armed after every report
+-- (level), multishot (edge).
+mode :: Interest -> CInt
+mode (Interest _ Once) = 0
+mode (Interest _ Level) = 1
+mode (Interest _ Edge) = 2
+
+-- | As the epoll backend's: errors and hang-ups wake readers and writers.
+fromPoll :: Word32 -> Event
+fromPoll f = (if f .&. (#{const POLLIN} .|. #{const POLLRDHUP} .|. errHup) /= 0 then evtRead else mempty)
+          <> (if f .&. (#{const POLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
+          <> (if f .&. (#{const POLLRDHUP} .|. errHup) /= 0 then evtHangup else mempty)
+  where errHup = #{const POLLERR} .|. #{const POLLHUP}
+
+-- | Test hook: make every later ring set-up fail with this errno ('eOK':
+-- succeed again), as a kernel or seccomp profile that refuses io_uring does.
+setUringSetupFailure :: Errno -> IO ()
+setUringSetupFailure (Errno e) = poke failSetup (if Errno e == eOK then 0 else e)
+
+foreign import ccall "&weft_uring_fail_setup" failSetup :: Ptr CInt
+foreign import ccall unsafe "weft_uring_open"
+  c_open :: CUInt -> Ptr CInt -> IO (Ptr Ring)
+foreign import ccall unsafe "weft_uring_close"
+  c_close :: Ptr Ring -> IO ()
+foreign import ccall unsafe "weft_uring_arm"
+  c_arm :: Ptr Ring -> Fd -> Word32 -> Word32 -> CInt -> CInt -> IO CInt
+foreign import ccall unsafe "weft_uring_forget"
+  c_forget :: Ptr Ring -> Fd -> IO ()
+foreign import ccall unsafe "weft_uring_wake"
+  c_wake :: Ptr Ring -> IO CInt
+foreign import ccall unsafe "weft_uring_poll"
+  c_poll_unsafe :: Ptr Ring -> Ptr () -> CInt -> Int64 -> IO CInt
+-- A blocking wait is a safe call, so the capability keeps running threads.
+foreign import ccall safe "weft_uring_poll"
+  c_poll_safe :: Ptr Ring -> Ptr () -> CInt -> Int64 -> IO CInt
+foreign import ccall unsafe "weft_uring_interest_changes"
+  c_interest_changes :: Ptr Ring -> IO CLong
+foreign import ccall unsafe "weft_uring_resubmits"
+  c_resubmits :: Ptr Ring -> IO CLong
