@@ -138,7 +138,12 @@ data ArmResult
     -- ^ The fd could not be armed (e.g. @EBADF@).
 
 -- | The backends weft ships.
-data BackendKind = EPollBackend | PollBackend | UringBackend
+data BackendKind
+  = EPollBackend  -- ^ Linux's epoll: the default there.
+  | PollBackend   -- ^ POSIX @poll@: everywhere, the only one in portable builds.
+  | UringBackend  -- ^ Linux's io_uring, readiness through poll requests on a
+                  --   ring (Note [Deferred submission] in
+                  --   "Weft.Event.Internal.Backend.Uring").
   deriving (Eq, Show, Enum, Bounded)
 
 -- | The name used by @WEFT_BACKEND@: @"epoll"@ or @"poll"@.
