@@ -65,7 +65,7 @@ static inline void stamp(int64_t *g)
  * the socket's minimum (G_MIN_RECV, 0 for none), so a peer that trickles
  * bytes cannot keep the timer from expiring (Note [Idle timeouts] in
  * Weft.Net.Internal.Socket). */
-static inline void leave_as(int64_t *g, long r, int received)
+static inline void note_progress(int64_t *g, long r, int received)
 {
     if (r > 0 && __atomic_load_n(&g[G_TRACK], __ATOMIC_RELAXED)) {
         int64_t min = received ? __atomic_load_n(&g[G_MIN_RECV], __ATOMIC_RELAXED) : 0;
@@ -76,6 +76,18 @@ static inline void leave_as(int64_t *g, long r, int received)
             stamp(g);
         }
     }
+}
+
+/* The progress of r bytes a ring received or sent for the socket, as
+ * the guarded calls note theirs. */
+void weft_net_note_progress(int64_t *g, long r, int received)
+{
+    note_progress(g, r, received);
+}
+
+static inline void leave_as(int64_t *g, long r, int received)
+{
+    note_progress(g, r, received);
     __atomic_fetch_sub(&g[G_USE], 2, __ATOMIC_RELEASE);
 }
 

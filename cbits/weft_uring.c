@@ -37,6 +37,13 @@
 #define UD_OWN     (1ULL << 63)
 #define UD_IGNORE  (UD_OWN | 0)
 #define UD_WAKE    (UD_OWN | 1)
+/* A receive request: UD_OP, the request's id (30 bits; the Haskell side
+ * reuses an id only after 2^30 newer requests) and the fd. */
+#define UD_OP      (UD_OWN | (1ULL << 62))
+#define OP_UD(fd, id) (UD_OP | ((uint64_t) ((id) & 0x3fffffff) << 32) | (uint32_t) (fd))
+
+/* The provided-buffer ring receives complete into: group 0. */
+#define BUF_GROUP  0
 
 enum { MODE_ONCE = 0, MODE_LEVEL = 1, MODE_EDGE = 2 };
 
@@ -58,9 +65,14 @@ struct weft_uring {
     long interest_changes;   /* poll adds and removes queued */
     long resubmits;          /* requests resubmitted after a thread exit */
     long enters;             /* io_uring_enter calls */
+    struct io_uring_buf_ring *bufring;   /* NULL: no completion I/O */
+    char *bufs;
+    unsigned nbufs, bufsize;
 };
 
-/* The reaped events handed to Haskell: a poll's fd, tag and revents. */
+/* The reaped events handed to Haskell: a poll's fd, tag and revents; or,
+ * with the top bit of tag set, a completion: the id's low 32 bits in fd,
+ * its high bits in tag, the result in revents and the CQE's flags in pad. */
 struct weft_uring_event {
     uint32_t fd;
     uint32_t tag;
@@ -100,6 +112,11 @@ struct weft_uring *weft_uring_open(unsigned entries, int *err)
 
 void weft_uring_close(struct weft_uring *u)
 {
+    if (u->bufring) {
+        io_uring_unregister_buf_ring(&u->ring, BUF_GROUP);
+        free(u->bufring);
+        free(u->bufs);
+    }
     io_uring_queue_exit(&u->ring);
     close(u->wakefd);
     pthread_mutex_destroy(&u->lock);
@@ -228,6 +245,81 @@ int weft_uring_wake(struct weft_uring *u)
     return write(u->wakefd, &one, sizeof one) < 0 ? -errno : 0;
 }
 
+/* Register nbufs buffers of bufsize bytes (nbufs a power of two) for
+ * receives. Returns 0 or -errno (then receives go through readiness). */
+int weft_uring_setup_buffers(struct weft_uring *u, unsigned nbufs, unsigned bufsize)
+{
+    void *ring_mem, *bufs;
+    size_t ring_size = nbufs * sizeof(struct io_uring_buf);
+    if (posix_memalign(&ring_mem, 4096, ring_size)) return -ENOMEM;
+    if (posix_memalign(&bufs, 4096, (size_t) nbufs * bufsize)) { free(ring_mem); return -ENOMEM; }
+    memset(ring_mem, 0, ring_size);
+    struct io_uring_buf_reg reg;
+    memset(&reg, 0, sizeof reg);
+    reg.ring_addr = (uint64_t) (uintptr_t) ring_mem;
+    reg.ring_entries = nbufs;
+    reg.bgid = BUF_GROUP;
+    int r = io_uring_register_buf_ring(&u->ring, &reg, 0);
+    if (r < 0) { free(ring_mem); free(bufs); return r; }
+    u->bufring = ring_mem;
+    u->bufs = bufs;
+    u->nbufs = nbufs;
+    u->bufsize = bufsize;
+    io_uring_buf_ring_init(u->bufring);
+    for (unsigned i = 0; i < nbufs; i++)
+        io_uring_buf_ring_add(u->bufring, u->bufs + (size_t) i * bufsize, bufsize, i,
+                              io_uring_buf_ring_mask(nbufs), i);
+    io_uring_buf_ring_advance(u->bufring, nbufs);
+    return 0;
+}
+
+/* Queue a receive of at most len bytes into a provided buffer, polling
+ * first (the caller's own recv just said EAGAIN). */
+int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
+{
+    pthread_mutex_lock(&u->lock);
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (sqe) {
+        io_uring_prep_recv(sqe, fd, NULL, len < u->bufsize ? len : u->bufsize, 0);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = BUF_GROUP;
+        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+        io_uring_sqe_set_data64(sqe, OP_UD(fd, id));
+    }
+    pthread_mutex_unlock(&u->lock);
+    return sqe ? 0 : -EBUSY;
+}
+
+/* Queue the cancellation of a completion request. */
+int weft_uring_cancel(struct weft_uring *u, int fd, uint64_t id)
+{
+    pthread_mutex_lock(&u->lock);
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (sqe) {
+        io_uring_prep_cancel64(sqe, OP_UD(fd, id), 0);
+        io_uring_sqe_set_data64(sqe, UD_IGNORE);
+        sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    }
+    pthread_mutex_unlock(&u->lock);
+    return sqe ? 0 : -EBUSY;
+}
+
+/* Where provided buffer bid is. */
+char *weft_uring_buffer(struct weft_uring *u, unsigned bid)
+{
+    return u->bufs + (size_t) bid * u->bufsize;
+}
+
+/* Give buffer bid back to the kernel. */
+void weft_uring_recycle(struct weft_uring *u, unsigned bid)
+{
+    pthread_mutex_lock(&u->lock);
+    io_uring_buf_ring_add(u->bufring, weft_uring_buffer(u, bid), u->bufsize, bid,
+                          io_uring_buf_ring_mask(u->nbufs), 0);
+    io_uring_buf_ring_advance(u->bufring, 1);
+    pthread_mutex_unlock(&u->lock);
+}
+
 /* Handle the completions in the queue, at most max of them delivered.
  * Lock held. */
 static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
@@ -236,10 +328,31 @@ static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
     unsigned head, seen = 0;
     int n = 0;
     io_uring_for_each_cqe(&u->ring, head, cqe) {
-        if (n >= max) break;
+        if (n + 2 > max) break;
         seen++;
         uint64_t ud = cqe->user_data;
         int32_t res = cqe->res;
+        if ((ud & UD_OP) == UD_OP) {
+            int fd = (int) (uint32_t) ud;
+            out[n].fd = (uint32_t) fd;
+            out[n].tag = 0x80000000u | (uint32_t) ((ud >> 32) & 0x3fffffff);
+            out[n].revents = (uint32_t) res;
+            out[n].pad = cqe->flags;
+            n++;
+            /* A readiness wait on the same fd would race the receive for
+             * its bytes and might never see them: tell it what came. */
+            struct watch *w = watch_of(u, fd, 0);
+            if (w && w->ud && res != -ECANCELED && res != -ENOBUFS) {
+                out[n].fd = (uint32_t) fd;
+                out[n].tag = (uint32_t) (w->ud >> 32);
+                out[n].revents = res > 0 ? POLLIN : res == 0 ? (POLLIN | POLLRDHUP) : POLLERR;
+                out[n].pad = 0;
+                n++;
+                if (w->mode == MODE_ONCE)
+                    queue_remove(u, w);
+            }
+            continue;
+        }
         if (ud & UD_OWN) {
             if (ud == UD_WAKE) {
                 u->woken = 1;

@@ -12,13 +12,20 @@ import Data.Maybe (isNothing)
 import Foreign.C.Error (Errno (..), eNOSYS, eOK, ePERM)
 import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.IO.Exception (IOException (..))
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Char8 as BC
+import GHC.Clock (getMonotonicTimeNSec)
+import Network.Socket (SockAddr (..))
+import qualified Network.Socket as N
 import Test.Hspec
 
 import qualified Weft as W
+import qualified Weft.Net as W
 import qualified Weft.Event as E
 import Weft.Event.Internal.Backend.Uring (setUringSetupFailure)
 
 import Support
+import Test.Net (withPair)
 
 -- | Given whether the kernel lets this process set up rings.
 spec :: Bool -> Spec
@@ -107,7 +114,102 @@ spec usable = describe "io_uring backend" $ do
       bytes <- mapM (readByte . fst . fst) waits
       length [ () | Just _ <- bytes ] `shouldBe` length waits
       mapM_ (closePipe . fst) waits
+  describe "receives on the ring" $ do
+    it "a timeout racing every receive, across capabilities: each byte arrives once, in order, and some were kept from cancelled receives" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      kept0 <- ringStat E.statReceivesKept
+      withPair $ \(c, srv) -> do
+        -- Rounds of 2,000 bytes, sent one at a time with a short gap,
+        -- while the receiver's timeouts of about the same length keep
+        -- cancelling its receives; until a cancelled receive had bytes.
+        let sender k = forM_ [0 .. 1999 :: Int] $ \i -> do
+              W.sendAll c (B.singleton (fromIntegral ((k * 2000 + i) `mod` 251)))
+              spinMicros (i `mod` 23)
+            receiver want acc
+              | B.length acc >= want = return acc
+              | otherwise = do
+                  r <- W.timeout (B.length acc `mod` 17) (W.recv srv 64)
+                  receiver want (maybe acc (acc <>) r)
+            rounds k acc = do
+              (_, sent) <- forkResult 1 (sender k)
+              (_, got) <- forkResult 0 (receiver ((k + 1) * 2000) acc)
+              Right () <- within 20 "the sender" (takeMVar sent)
+              Right acc' <- within 20 "the receiver" (takeMVar got)
+              kept <- ringStat E.statReceivesKept
+              if kept > kept0 || k >= 14 then return (k + 1, acc') else rounds (k + 1) acc'
+        (n, got) <- rounds 0 B.empty
+        got `shouldBe` B.pack [ fromIntegral (i `mod` 251) | i <- [0 .. n * 2000 - 1] ]
+      ringStat E.statReceivesKept >>= (`shouldSatisfy` (> kept0))
+
+    it "close with a receive in flight: the receiver gets EBADF, the peer sees the close, nothing stays on the ring" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      base <- liveRegistrations
+      forM_ [1 .. 50 :: Int] $ \_ -> withPair $ \(c, srv) -> do
+        (_, res) <- forkResult 0 (W.recv srv 10)
+        threadDelay 2000
+        W.close srv
+        r <- within 2 "the receive" (takeMVar res)
+        r `shouldSatisfy` isBadFd
+        within 2 "the peer's end of stream" (W.recv c 10) `shouldReturn` B.empty
+      liveRegistrations `shouldReturn` base
+
+    it "a socket that reuses a closed socket's fd number gets only its own bytes" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      reused <- forM [1 .. 100 :: Int] $ \i -> do
+        (old, oldRes) <- withPair $ \(_, srv) -> do
+          (_, res) <- forkResult (i `mod` 2) (W.recv srv 10)
+          threadDelay 1000
+          return (W.socketFd srv, res)
+        withPair $ \(c, srv) -> do
+          (_, res) <- forkResult (i `mod` 2) (W.recv srv 10)
+          W.sendAll c (BC.pack (show i))
+          r <- within 2 "the new socket's receive" (takeMVar res)
+          either (const Nothing) Just r `shouldBe` Just (BC.pack (show i))
+          within 2 "the old socket's receive" (takeMVar oldRes) >>= (`shouldSatisfy` isBadFd)
+          return (W.socketFd srv == old)
+      -- The test means something only if numbers were reused.
+      length (filter id reused) `shouldSatisfy` (> 50)
+
+    it "more waiting receives than provided buffers: every connection gets its own bytes" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      raiseFdLimit 4096
+      noBuf0 <- ringStat E.statReceivesNoBuffer
+      l <- W.listen (SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
+      addr <- W.localAddress l
+      let conns = 700 :: Int
+      pairs <- forM [1 .. conns] $ \_ -> do
+        c <- W.connect addr
+        (srv, _) <- W.accept l
+        return (c, srv)
+      W.close l
+      -- Every receive waits on capability 0's ring, which has 256 buffers.
+      waits <- forM pairs $ \(_, srv) -> snd <$> forkResult 0 (recvAll srv 3000)
+      threadDelay 50000
+      forM_ (zip [1 ..] pairs) $ \(i, (c, _)) -> W.sendAll c (payload i)
+      got <- within 20 "every receive" (mapM takeMVar waits)
+      [ i | (i, Right b) <- zip [1 ..] got, b == payload i ] `shouldBe` [1 .. conns]
+      forM_ pairs $ \(c, srv) -> W.close c >> W.close srv
+      ringStat E.statReceivesNoBuffer >>= (`shouldSatisfy` (> noBuf0))
+
   where
+    payload i = BC.pack (take 3000 (cycle (show (i :: Int) ++ ":")))
+    recvAll sock n = go B.empty
+      where go acc | B.length acc >= n = return acc
+                   | otherwise = W.recv sock (n - B.length acc) >>= \b ->
+                       if B.null b then return acc else go (acc <> b)
+    ringStat f = sum . map f <$> (mapM E.getManagerStats =<< E.systemManagers)
+    spinMicros us = do
+      t0 <- getMonotonicTimeNSec
+      let go = do t <- getMonotonicTimeNSec
+                  when (t - t0 < fromIntegral us * 1000) go
+      go
     withRefusal err act =
       (setUringSetupFailure err >> act) `finally` setUringSetupFailure eOK
     hasErrno (Errno e) (x :: IOException) = ioe_errno x == Just e

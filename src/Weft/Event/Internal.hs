@@ -20,7 +20,19 @@ module Weft.Event.Internal
   , EventHandler
   , PollTimeout (..)
   , ArmResult (..)
+  , RingStats (..)
+  , noRingStats
+    -- * Completions
+  , Completions (..)
+  , Received (..)
+  , Tracker (..)
+  , Inflight (..)
+  , newTracker
   ) where
+
+import Control.Concurrent.MVar (MVar)
+import Data.ByteString (ByteString)
+import Data.IORef (IORef, newIORef)
 
 import Data.Bits ((.&.), (.|.))
 import Data.List (intercalate)
@@ -184,8 +196,66 @@ data Backend = Backend
     -- forgets and retries. 0 for a backend that keeps its interest set in
     -- user space (poll). The uring backend counts the poll requests and
     -- removals it queues.
-  , backendResubmits :: !(IO Int)
-    -- ^ Requests the kernel cancelled because the OS thread that submitted
-    -- them exited, and that the backend submitted again (uring: Note
-    -- [Submitting threads]); 0 for the others.
+  , backendCompletions :: !(Maybe Completions)
+    -- ^ Receives the backend performs itself, instead of reporting
+    -- readiness (uring); 'Nothing' for the others.
+  , backendRingStats :: !(IO RingStats)
+    -- ^ The ring's counts (uring); zeros for the others.
   }
+
+-- | What a ring did that no other backend does.
+data RingStats = RingStats
+  { ringResubmits :: !Int
+    -- ^ Requests the kernel cancelled because the OS thread that submitted
+    -- them exited, and that the ring submitted again (Note [Submitting
+    -- threads] in "Weft.Event.Internal.Backend.Uring").
+  , ringReceivesKept :: !Int
+    -- ^ Receives cancelled after they had received: their bytes were kept
+    -- for the socket's next receive (Note [Receives on the ring]).
+  , ringReceivesNoBuffer :: !Int
+    -- ^ Receives that found no free provided buffer and were submitted
+    -- again.
+  }
+
+-- | A backend without a ring.
+noRingStats :: RingStats
+noRingStats = RingStats 0 0 0
+
+-- | Receives a backend performs itself (Note [Receives on the ring] in
+-- "Weft.Event.Internal.Backend.Uring").
+data Completions = Completions
+  { complRecv :: !(IO () -> Fd -> Int -> Tracker -> IO Received)
+    -- ^ @complRecv wake fd n tracker@ receives at most @n@ bytes on @fd@,
+    -- blocking until some come; @wake@ wakes the backend's dispatcher if it
+    -- is blocked. Interrupted by an asynchronous exception, it cancels the
+    -- request; bytes the request received anyway go to the tracker's
+    -- leftovers. Call only with the tracker free ('trkInflight' empty and
+    -- no leftovers).
+  }
+
+-- | What a receive on the ring brought.
+data Received
+  = Received !ByteString   -- ^ Bytes; empty at end of stream.
+  | ReceiveFailed !Errno   -- ^ The receive's error.
+  | ReceiveClosed          -- ^ The socket was closed while it waited.
+
+-- | A socket's receives on a ring: at most one request in flight, and the
+-- bytes of requests cancelled after they received, in arrival order.
+data Tracker = Tracker
+  { trkInflight :: !(IORef (Maybe Inflight))
+  , trkLeftover :: !(IORef [ByteString])
+  , trkProgress :: !(Int -> IO ())
+    -- ^ Note bytes received, for idle timeouts.
+  }
+
+-- | A receive request in flight.
+data Inflight = Inflight
+  { inflClose :: !(IO ())
+    -- ^ Cancel it for a close: its waiter gets 'ReceiveClosed'.
+  , inflResolved :: !(MVar ())
+    -- ^ Full once its completion was handled.
+  }
+
+-- | A tracker with nothing in flight and no leftovers.
+newTracker :: (Int -> IO ()) -> IO Tracker
+newTracker progress = Tracker <$> newIORef Nothing <*> newIORef [] <*> pure progress

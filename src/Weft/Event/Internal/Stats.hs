@@ -28,6 +28,8 @@ data ManagerStats = ManagerStats
   , statSpinHits          :: !Int -- ^ of those, spells that events ended while it spun
   , statSpinNanos         :: !Int -- ^ nanoseconds spent spinning
   , statResubmits         :: !Int -- ^ requests resubmitted after the OS thread that submitted them exited (uring; Note [Submitting threads])
+  , statReceivesKept      :: !Int -- ^ ring receives cancelled after they had received, whose bytes were kept for the next receive (uring)
+  , statReceivesNoBuffer  :: !Int -- ^ ring receives that found no free buffer and were submitted again (uring)
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -35,7 +37,9 @@ getManagerStats :: Manager -> IO ManagerStats
 getManagerStats mgr = do
   let r = readCounter (mgrCounters mgr)
   pending <- W.size (mgrTimers mgr)
+  ring <- backendRingStats (mgrBackend mgr)
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> backendKernelCalls (mgrBackend mgr) <*> r cTimersFired
                <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
-               <*> backendResubmits (mgrBackend mgr)
+               <*> pure (ringResubmits ring) <*> pure (ringReceivesKept ring)
+               <*> pure (ringReceivesNoBuffer ring)

@@ -144,13 +144,19 @@ connect addr = do
 -- lands just as bytes arrive, between the syscall and the return, loses
 -- those bytes to the caller, as with any receive in GHC. To bound how long
 -- a connection may stay silent without that hazard, use 'setIdleTimeout':
--- it fails the blocked call synchronously, with nothing consumed.
+-- it fails the blocked call synchronously, with nothing consumed. Under
+-- the io_uring backend, a receive that has to wait is performed by the
+-- ring, and bytes that its cancelled request received are kept for the
+-- next receive on the socket; what remains is the moment between the
+-- return of the bytes and the caller taking them, which no receive can
+-- close.
 recv :: Socket -> Int -> IO B.ByteString
 recv s n
   | n <= 0 = throwIO (invalid "recv" "the byte count must be positive")
-  | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
-  | otherwise = loop
+  | otherwise = takeLeftover s n >>= maybe fresh return
   where
+    fresh | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
+          | otherwise = loop
     -- Note [Receiving through a scratch buffer]
     loop = do
       r <- withScratch $ \p -> do
@@ -160,7 +166,8 @@ recv s n
       case r of
         Right bs -> return bs
         Left 0 -> B.empty <$ endOfStream s
-        Left k -> retryOrThrow "recv" Reading s k loop
+        Left k | k == negate (errnoLong eAGAIN) -> onRing s n (B.empty <$ endOfStream s) return loop
+               | otherwise -> retryOrThrow "recv" Reading s k loop
 
 -- Note [Receiving through a scratch buffer]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -175,12 +182,26 @@ recv s n
 -- | 'recv' into a buffer: the number of bytes received (0 at end of
 -- stream).
 recvBuf :: Socket -> Ptr Word8 -> Int -> IO Int
-recvBuf s p n = loop
+recvBuf s p n = takeLeftover s n >>= maybe loop copyIn
   where
     loop = do
       r <- S.recvBuf s p n
       if r > 0 then return (fromIntegral r)
-      else if r == 0 then 0 <$ endOfStream s else retryOrThrow "recv" Reading s r loop
+      else if r == 0 then 0 <$ endOfStream s
+      else if r == negate (errnoLong eAGAIN) then onRing s n (0 <$ endOfStream s) copyIn loop
+      else retryOrThrow "recv" Reading s r loop
+    copyIn b = BU.unsafeUseAsCStringLen b $ \(src, k) -> k <$ BI.memcpy p (castPtr src) k
+
+-- | After @EAGAIN@: receive through the caller's ring if its backend
+-- performs receives (end of stream: @atEnd@; bytes: @got@), or wait for
+-- readiness and try again.
+onRing :: Socket -> Int -> IO a -> (B.ByteString -> IO a) -> IO a -> IO a
+onRing s n atEnd got again = do
+  r <- receiveOnRing s n
+  case r of
+    Nothing -> waitReady Reading s >> again
+    Just b | B.null b -> atEnd
+           | otherwise -> got b
 
 -- | At end of stream: throw if an idle timeout caused it.
 endOfStream :: Socket -> IO ()

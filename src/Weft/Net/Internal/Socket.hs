@@ -40,6 +40,9 @@ module Weft.Net.Internal.Socket
   , sendToRaw
   , recvFromRaw
   , recvManyRaw
+    -- * Receiving on a ring
+  , takeLeftover
+  , receiveOnRing
     -- * Waiting, errors
   , waitReady
   , retryOrThrow
@@ -81,8 +84,12 @@ import GHC.Exts (MutableByteArray#, RealWorld)
 import GHC.IO.Exception (IOErrorType (..))
 import System.Posix.Types (Fd (..))
 
-import Weft.Event.Internal (evtRead, evtWrite)
+import qualified Data.ByteString as B
+
+import Weft.Event.Internal (Completions (..), Inflight (..), Received (..), Tracker (..),
+                            backendCompletions, evtRead, evtWrite, newTracker)
 import Weft.Event.Internal.Core
+import Weft.Event.Internal.Manager (mgrBackend)
 import Weft.Event.Internal.System (getSystemManager, systemManagers)
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
@@ -97,6 +104,9 @@ data Socket = Socket
   , sockLock   :: !(MVar ())
     -- ^ Serialises setting up the waiter, the idle timer and closing.
   , sockIdle   :: !(IORef (Maybe TimeoutKey))
+  , sockTracker :: !Tracker
+    -- ^ Its receives on a ring (Note [Receives on the ring] in
+    -- "Weft.Event.Internal.Backend.Uring").
   }
 
 instance Eq Socket where
@@ -121,8 +131,11 @@ socketFd = Fd . sockFd
 
 -- | Adopt an open, non-blocking fd.
 newSocket :: CInt -> IO Socket
-newSocket fd = Socket fd <$> newCounters nGuard <*> newIORef Unwatched
-                         <*> newMVar () <*> newIORef Nothing
+newSocket fd = do
+  guard' <- newCounters nGuard
+  let progress k = case guard' of Counters a -> c_note_progress a (fromIntegral k) 1
+  Socket fd guard' <$> newIORef Unwatched <*> newMVar () <*> newIORef Nothing
+                   <*> newTracker progress
 
 ------------------------------------------------------------------------------
 -- Guarded syscalls
@@ -168,6 +181,45 @@ recvFromRaw s p n = c_recvfrom (guardArr s) (sockFd s) p (fromIntegral n)
 recvManyRaw :: Socket -> Ptr Word8 -> Int -> Int -> Ptr CInt -> Ptr () -> IO CLong
 recvManyRaw s bufs size count =
   c_recvmany (guardArr s) (sockFd s) bufs (fromIntegral size) (fromIntegral count)
+
+------------------------------------------------------------------------------
+-- Receiving on a ring
+
+-- | What a receive must return before it receives anything itself: bytes
+-- (at most @n@) that a ring receive cancelled by an asynchronous exception
+-- received anyway. Waits first for such a receive still in flight, so
+-- that bytes are returned in the order they came (Note [Receives on the
+-- ring]). Cheap when there is none: two reads.
+takeLeftover :: Socket -> Int -> IO (Maybe B.ByteString)
+takeLeftover s n = do
+  let trk = sockTracker s
+  inflight <- readIORef (trkInflight trk)
+  forM_ inflight (readMVar . inflResolved)
+  left <- readIORef (trkLeftover trk)
+  if null left then return Nothing else
+    atomicModifyIORef' (trkLeftover trk) $ \l -> case l of
+      [] -> ([], Nothing)
+      b : rest
+        | B.length b <= n -> (rest, Just b)
+        | otherwise -> (B.drop n b : rest, Just (B.take n b))
+{-# INLINE takeLeftover #-}
+
+-- | After a receive said @EAGAIN@: receive at most @n@ bytes through the
+-- ring of the caller's manager, if its backend performs receives ('Nothing'
+-- if not: wait for readiness instead). An empty result is the end of the
+-- stream. Throws as the receive itself would, and @EBADF@ if the socket is
+-- closed meanwhile.
+receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
+receiveOnRing s n = do
+  mgr <- getSystemManager
+  case backendCompletions (mgrBackend mgr) of
+    Nothing -> return Nothing
+    Just c -> do
+      r <- complRecv c (wakeManager mgr) (socketFd s) n (sockTracker s)
+      case r of
+        Received bs -> return (Just bs)
+        ReceiveFailed (Errno e) -> socketError "recv" s (negate (fromIntegral e))
+        ReceiveClosed -> socketError "recv" s (negate (errnoLong eBADF))
 
 ------------------------------------------------------------------------------
 -- Waiting
@@ -367,6 +419,9 @@ stopUsing s unwatch = uninterruptibleMask_ $ do
         Watched watch -> unwatchFd watch
         _ -> return ()
     drain
+    -- A receive on a ring holds the file: cancel it and wait for its end.
+    inflight <- readIORef (trkInflight (sockTracker s))
+    forM_ inflight $ \i -> inflClose i >> readMVar (inflResolved i)
   return first
   where
     g = sockGuard s
@@ -392,6 +447,8 @@ throwIfNegative loc act = do
 ------------------------------------------------------------------------------
 -- Foreign calls (cbits/weft_net.c); all return -errno on failure.
 
+foreign import ccall unsafe "weft_net_note_progress"
+  c_note_progress :: MutableByteArray# RealWorld -> CLong -> CInt -> IO ()
 foreign import ccall unsafe "weft_net_recv"
   c_recv :: MutableByteArray# RealWorld -> CInt -> Ptr Word8 -> CSize -> IO CLong
 foreign import ccall unsafe "weft_net_send"

@@ -96,7 +96,8 @@ newEPollBackend wkind = do
         _ <- c_close epfd
         return ()
     , backendKernelCalls = readCounter calls 0
-    , backendResubmits = return 0
+    , backendCompletions = Nothing
+    , backendRingStats = return noRingStats
     }
 
 -- | See Note [Arming with a known flag]. @ctl op fd flags data@ makes (and

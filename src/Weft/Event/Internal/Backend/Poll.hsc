@@ -63,7 +63,8 @@ newPollBackend wkind = do
     , backendWakeOnArm = True
     , backendClose = closeWakeup wake
     , backendKernelCalls = return 0
-    , backendResubmits = return 0
+    , backendCompletions = Nothing
+    , backendRingStats = return noRingStats
     }
 
 arm :: PollState -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult

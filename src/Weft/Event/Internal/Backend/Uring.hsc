@@ -40,19 +40,56 @@
 -- plain @close@ while a wait is pending neither wakes the wait nor closes
 -- the socket. Close through 'Weft.closeFdWith' (or "Weft.Net"'s @close@),
 -- which forgets first; the uring backend never reports 'ArmedAfterVanish'.
+--
+-- Note [Receives on the ring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A "Weft.Net" receive whose own @recv@ says @EAGAIN@ is handed to the
+-- ring ('complRecv'): a receive request that polls first and completes
+-- into a buffer of the ring's provided-buffer group. The dispatcher copies
+-- out exactly what came, gives the buffer back at once and fills the
+-- waiter's cell, so buffers are held only between a completion and its
+-- copy, never by a waiting thread. A receive that finds no free buffer
+-- (@ENOBUFS@) is submitted again after the batch, whose buffers are back
+-- by then: many more pending receives than buffers lose nothing.
+--
+-- Each request has an id that is never reused (its @user_data@), and a
+-- state, changed only by atomic updates: 'Waiting', then 'Delivered' by
+-- its completion, or 'Cancelled' by its waiter's asynchronous exception,
+-- or 'Closing' by a close of the socket. A cancelled request may still
+-- complete with bytes (they came before the cancel reached the kernel):
+-- they become the socket's leftovers, which the next receive returns
+-- first. A socket has at most one request in flight ('Tracker'), and
+-- every receive waits for a cancelled one to be resolved before it
+-- receives, so leftovers always come before later bytes. An unrequested
+-- @-ECANCELED@ (the submitting OS thread exited; Note [Submitting
+-- threads]) is submitted again, as a poll request is. A close cancels the
+-- request and waits until its completion was handled, so no request
+-- outlives its fd.
 module Weft.Event.Internal.Backend.Uring
   ( newUringBackend
   , setUringSetupFailure
   ) where
 
+import Control.Exception (mask, onException, uninterruptibleMask_)
+import Control.Concurrent.MVar
+import Control.Monad (forM_, when)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import Data.IORef
+import qualified Data.IntMap.Strict as IM
+import Foreign.C.Error (eNOBUFS, eSHUTDOWN)
+import Foreign.Marshal.Utils (copyBytes)
+import Data.Bits (shiftR, testBit)
+
 import Data.Bits ((.&.), (.|.))
 import Data.Int (Int64)
-import Data.Word (Word32)
+import Data.Word (Word32, Word64, Word8)
 import Foreign.C.Error (Errno (..), eOK, errnoToIOError)
-import Foreign.C.Types (CInt (..), CLong (..), CUInt (..))
+import Foreign.C.Types (CChar, CInt (..), CLong (..), CUInt (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Marshal.Alloc (alloca)
-import Foreign.Ptr (Ptr, nullPtr, plusPtr)
+import Foreign.Ptr (Ptr, castPtr, nullPtr, plusPtr)
+import Data.Int (Int32)
 import Foreign.Storable (peek, peekByteOff, poke)
 import System.Posix.Types (Fd (..))
 
@@ -60,6 +97,7 @@ import Weft.Event.Internal
 
 #define _GNU_SOURCE
 #include <poll.h>
+#include <errno.h>
 
 data Ring
 
@@ -86,6 +124,11 @@ newUringBackend = do
       err <- peek errp
       ioError (errnoToIOError "weft: io_uring_setup" (Errno err) Nothing Nothing)
   buf <- mallocForeignPtrBytes (eventBufferSize * eventSize)
+  haveBuffers <- (== 0) <$> c_setup_buffers ring receiveBuffers receiveBufferBytes
+  reqs <- newIORef IM.empty
+  nextId <- newIORef 0
+  counts <- newIORef noRingStats
+  let table = Table ring reqs nextId counts
   let poll :: PollTimeout -> EventHandler -> IO Int
       poll timeout handler = withForeignPtr buf $ \p -> do
         n <- case timeout of
@@ -104,7 +147,11 @@ newUringBackend = do
                 fd <- peekByteOff e 0 :: IO Word32
                 tag <- peekByteOff e 4 :: IO Word32
                 revents <- peekByteOff e 8 :: IO Word32
-                handler (Fd (fromIntegral fd)) tag (fromPoll revents)
+                if testBit tag 31
+                  then do
+                    flags <- peekByteOff e 12 :: IO Word32
+                    completed table (fromIntegral (tag .&. 0x3fffffff)) (fromIntegral (fromIntegral revents :: Int32)) flags
+                  else handler (Fd (fromIntegral fd)) tag (fromPoll revents)
                 dispatch p n (i + 1)
   return Backend
     { backendKind = UringBackend
@@ -116,10 +163,152 @@ newUringBackend = do
     , backendForget = c_forget ring
     , backendWake = () <$ c_wake ring
     , backendWakeOnArm = True
-    , backendClose = c_close ring
+    , backendClose = abandonAll table >> c_close ring
     , backendKernelCalls = fromIntegral <$> c_interest_changes ring
-    , backendResubmits = fromIntegral <$> c_resubmits ring
+    , backendCompletions = if haveBuffers then Just (Completions (recvOnRing table)) else Nothing
+    , backendRingStats = do
+        polls <- fromIntegral <$> c_resubmits ring
+        rs <- readIORef counts
+        return rs { ringResubmits = ringResubmits rs + polls }
     }
+
+------------------------------------------------------------------------------
+-- Receives (Note [Receives on the ring])
+
+-- | Provided buffers per ring (a power of two) and their size: 4 MiB.
+receiveBuffers, receiveBufferBytes :: CUInt
+receiveBuffers = 256
+receiveBufferBytes = 16384
+
+data Table = Table
+  { tblRing :: !(Ptr Ring)
+  , tblReqs :: !(IORef (IM.IntMap Req))
+  , tblNext :: !(IORef Int)
+  , tblCounts :: !(IORef RingStats)
+    -- ^ Receives' counts (the poll requests' resubmissions are the C side's).
+  }
+
+data Req = Req
+  { reqFd :: !Fd
+  , reqLen :: !Int
+  , reqState :: !(IORef ReqState)
+  , reqDone :: !(MVar Received)
+  , reqResolved :: !(MVar ())
+  , reqTracker :: !Tracker
+  }
+
+data ReqState = Waiting | Delivered | Cancelled | Closing
+
+recvOnRing :: Table -> IO () -> Fd -> Int -> Tracker -> IO Received
+recvOnRing t wake fd n trk = mask $ \restore -> do
+  st <- newIORef Waiting
+  done <- newEmptyMVar
+  resolved <- newEmptyMVar
+  -- Ids are 30 bits: one is reused only after 2^30 newer requests.
+  i <- atomicModifyIORef' (tblNext t) (\k -> ((k + 1) .&. 0x3fffffff, k))
+  let req = Req fd (min n (fromIntegral receiveBufferBytes)) st done resolved trk
+  atomicModifyIORef' (tblReqs t) (\m -> (IM.insert i req m, ()))
+  writeIORef (trkInflight trk) (Just (Inflight (() <$ cancelFor Closing i req) resolved))
+  submitRecv t i req
+  wake
+  restore (takeMVar done) `onException` do
+    owned <- cancelFor Cancelled i req
+    -- Delivered already: the bytes are in the cell, or about to be.
+    when (not owned) $ do
+      out <- uninterruptibleMask_ (takeMVar done)
+      case out of
+        Received bs | not (B.null bs) -> do
+          atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
+          count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
+        _ -> return ()
+  where
+    -- Returns whether the request was still waiting (and is now cancelled).
+    cancelFor to i req = do
+      was <- atomicModifyIORef' (reqState req) $ \s -> case s of
+        Waiting -> (to, True)
+        _ -> (s, False)
+      when was (c_cancel (tblRing t) fd (fromIntegral i) >> wake)
+      return was
+
+submitRecv :: Table -> Int -> Req -> IO ()
+submitRecv t i req = do
+  r <- c_recv (tblRing t) (reqFd req) (fromIntegral i) (fromIntegral (reqLen req))
+  when (r /= 0) $ complete t i req (ReceiveFailed (Errno (negate r)))
+
+-- | A receive's completion, on the dispatcher.
+completed :: Table -> Int -> Int -> Word32 -> IO ()
+completed t i res flags = do
+  m <- readIORef (tblReqs t)
+  forM_ (IM.lookup i m) $ \req -> do
+    st <- readIORef (reqState req)
+    if res == negate (errnoInt eCANCELED) || res == negate (errnoInt eNOBUFS)
+      then case st of
+        -- Not cancelled by weft: the submitting thread exited; or no
+        -- buffer was free. Submit it again.
+        Waiting -> do
+          count t $ \c -> if res == negate (errnoInt eCANCELED)
+            then c { ringResubmits = ringResubmits c + 1 }
+            else c { ringReceivesNoBuffer = ringReceivesNoBuffer c + 1 }
+          submitRecv t i req
+        Closing -> complete t i req ReceiveClosed
+        _ -> resolve t i req
+      else do
+        out <- if res > 0 then Received <$> copyOut res else
+               if res == 0 then return (Received B.empty) else return (ReceiveFailed (Errno (fromIntegral (negate res))))
+        complete t i req out
+  where
+    copyOut k = do
+      let bid = fromIntegral (flags `shiftR` 16)
+      p <- c_buffer (tblRing t) bid
+      bs <- BI.create k (\d -> copyBytes d (castChars p) k)
+      c_recycle (tblRing t) bid
+      return bs
+    castChars :: Ptr CChar -> Ptr Word8
+    castChars = castPtr
+
+-- | Hand a request's outcome to its waiter, or, if the waiter is gone,
+-- keep its bytes as the socket's leftovers; then forget the request.
+complete :: Table -> Int -> Req -> Received -> IO ()
+complete t i req out = do
+  case out of
+    Received bs | not (B.null bs) -> trkProgress (reqTracker req) (B.length bs)
+    _ -> return ()
+  st <- atomicModifyIORef' (reqState req) $ \s -> case s of
+    Waiting -> (Delivered, s)
+    _ -> (s, s)
+  case st of
+    Cancelled -> case out of
+      Received bs | not (B.null bs) -> do
+        atomicModifyIORef' (trkLeftover (reqTracker req)) (\l -> (l ++ [bs], ()))
+        count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
+      _ -> return ()
+    Closing -> putMVar (reqDone req) (case out of Received _ -> out; _ -> ReceiveClosed)
+    _ -> putMVar (reqDone req) out
+  resolve t i req
+
+resolve :: Table -> Int -> Req -> IO ()
+resolve t i req = do
+  atomicModifyIORef' (tblReqs t) (\m -> (IM.delete i m, ()))
+  writeIORef (trkInflight (reqTracker req)) Nothing
+  _ <- tryPutMVar (reqResolved req) ()
+  return ()
+
+-- | The ring is being closed (its manager shut down): fail every request
+-- still in flight.
+abandonAll :: Table -> IO ()
+abandonAll t = do
+  m <- readIORef (tblReqs t)
+  forM_ (IM.toList m) $ \(i, req) -> complete t i req (ReceiveFailed eSHUTDOWN)
+
+-- | Base has no name for it.
+eCANCELED :: Errno
+eCANCELED = Errno #{const ECANCELED}
+
+count :: Table -> (RingStats -> RingStats) -> IO ()
+count t f = atomicModifyIORef' (tblCounts t) (\c -> (f c, ()))
+
+errnoInt :: Errno -> Int
+errnoInt (Errno e) = fromIntegral e
 
 -- | The poll mask of an interest; 0 for none.
 toPoll :: Interest -> Word32
@@ -165,6 +354,16 @@ foreign import ccall unsafe "weft_uring_poll"
 -- A blocking wait is a safe call, so the capability keeps running threads.
 foreign import ccall safe "weft_uring_poll"
   c_poll_safe :: Ptr Ring -> Ptr () -> CInt -> Int64 -> IO CInt
+foreign import ccall unsafe "weft_uring_setup_buffers"
+  c_setup_buffers :: Ptr Ring -> CUInt -> CUInt -> IO CInt
+foreign import ccall unsafe "weft_uring_recv"
+  c_recv :: Ptr Ring -> Fd -> Word64 -> CUInt -> IO CInt
+foreign import ccall unsafe "weft_uring_cancel"
+  c_cancel :: Ptr Ring -> Fd -> Word64 -> IO CInt
+foreign import ccall unsafe "weft_uring_buffer"
+  c_buffer :: Ptr Ring -> CUInt -> IO (Ptr CChar)
+foreign import ccall unsafe "weft_uring_recycle"
+  c_recycle :: Ptr Ring -> CUInt -> IO ()
 foreign import ccall unsafe "weft_uring_interest_changes"
   c_interest_changes :: Ptr Ring -> IO CLong
 foreign import ccall unsafe "weft_uring_resubmits"
