@@ -112,7 +112,9 @@ instance Exception Timeout where
 -- interrupted by an asynchronous exception, so it must be interruptible
 -- (weft's waits are). Unlike "System.Timeout", an expiry that races the
 -- action's completion is never lost into the caller: the result is then
--- 'Nothing' or 'Just', never an escaped 'Timeout'. The timer lives on the
+-- 'Nothing' or 'Just', never an escaped 'Timeout'; and an action that
+-- returned is 'Just' its result even if the limit expired as it did (so
+-- @mask_ (timeout n (recv s k))@ never drops received bytes). The timer lives on the
 -- calling capability's wheel; registering and cancelling it wakes no other
 -- thread.
 timeout :: Int -> IO a -> IO (Maybe a)
@@ -131,8 +133,10 @@ timeout n act
           -- first other exception (Note [Settling a timeout]).
           r <- restore act `catch` \e ->
             settle ex thrown k (if fromException e == Just ex then Nothing else Just e) >> throwIO e
-          settle ex thrown k Nothing
-          return (Just r)
+          -- The action finished: its result stands, even if the limit
+          -- expired meanwhile and its Timeout arrives while settling.
+          (Just r <$ settle ex thrown k Nothing) `catch` \e ->
+            if fromException e == Just ex then return (Just r) else throwIO e
 
 -- Note [Settling a timeout]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -68,6 +68,7 @@
 module Weft.Event.Internal.Backend.Uring
   ( newUringBackend
   , setUringSetupFailure
+  , setUringReceiveBuffers
   ) where
 
 import Control.Exception (mask, onException, uninterruptibleMask_)
@@ -91,6 +92,7 @@ import Foreign.Marshal.Alloc (alloca)
 import Foreign.Ptr (Ptr, castPtr, nullPtr, plusPtr)
 import Data.Int (Int32)
 import Foreign.Storable (peek, peekByteOff, poke)
+import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
@@ -124,7 +126,8 @@ newUringBackend = do
       err <- peek errp
       ioError (errnoToIOError "weft: io_uring_setup" (Errno err) Nothing Nothing)
   buf <- mallocForeignPtrBytes (eventBufferSize * eventSize)
-  haveBuffers <- (== 0) <$> c_setup_buffers ring receiveBuffers receiveBufferBytes
+  nbufs <- readIORef receiveBuffers
+  haveBuffers <- (== 0) <$> c_setup_buffers ring (fromIntegral nbufs) receiveBufferBytes
   reqs <- newIORef IM.empty
   nextId <- newIORef 0
   counts <- newIORef noRingStats
@@ -175,10 +178,19 @@ newUringBackend = do
 ------------------------------------------------------------------------------
 -- Receives (Note [Receives on the ring])
 
--- | Provided buffers per ring (a power of two) and their size: 4 MiB.
-receiveBuffers, receiveBufferBytes :: CUInt
-receiveBuffers = 256
+-- | Provided buffers per ring (a power of two; 256 unless a test changed
+-- it), of 'receiveBufferBytes' each: 4 MiB per ring.
+{-# NOINLINE receiveBuffers #-}
+receiveBuffers :: IORef Int
+receiveBuffers = unsafePerformIO (newIORef 256)
+
+receiveBufferBytes :: CUInt
 receiveBufferBytes = 16384
+
+-- | Test hook: rings set up from now on get this many receive buffers (a
+-- power of two; 256 by default), to make them run out.
+setUringReceiveBuffers :: Int -> IO ()
+setUringReceiveBuffers = writeIORef receiveBuffers
 
 data Table = Table
   { tblRing :: !(Ptr Ring)
@@ -211,11 +223,13 @@ recvOnRing t wake fd n trk = mask $ \restore -> do
   writeIORef (trkInflight trk) (Just (Inflight (() <$ cancelFor Closing i req) resolved))
   submitRecv t i req
   wake
-  restore (takeMVar done) `onException` do
+  -- readMVar, not takeMVar: an exception that lands after the read, still
+  -- inside restore, finds the outcome in the cell and keeps its bytes.
+  restore (readMVar done) `onException` do
     owned <- cancelFor Cancelled i req
-    -- Delivered already: the bytes are in the cell, or about to be.
+    -- Delivered already: the outcome is in the cell, or about to be.
     when (not owned) $ do
-      out <- uninterruptibleMask_ (takeMVar done)
+      out <- uninterruptibleMask_ (readMVar done)
       case out of
         Received bs | not (B.null bs) -> do
           atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
