@@ -84,20 +84,31 @@ spec usable = describe "io_uring backend" $ do
         pongT <- forkOn ((k + 1) `mod` 2) pong
         (_, done) <- forkResult (k `mod` 2) (ping 0)
         return (pongT, done)
+      -- Each round also leaves receives waiting on the ring, on
+      -- connections that stay open until the end.
+      l <- W.listen (SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
+      addr <- W.localAddress l
       let round' = do
             ws <- forM [1 .. 16 :: Int] $ \j -> do
               p@(r, _) <- newPipe
               (_, done) <- forkResult (j `mod` 2) (W.threadWaitRead r)
               return (p, done)
+            rs <- forM [1 .. 4 :: Int] $ \j -> do
+              c <- W.connect addr
+              (srv, _) <- W.accept l
+              (_, got) <- forkResult (j `mod` 2) (W.recv srv 100)
+              return (c, srv, got)
             dones <- forM [1 .. 64 :: Int] $ \j ->
               snd <$> forkResult (j `mod` 2) (replicateM_ 10 (c_usleep 300 >> yield))
             mapM_ takeMVar dones
-            return ws
+            return (ws, rs)
           rounds i acc = do
-            ws <- round'
+            (ws, rs) <- round'
             n <- resubmits
-            if n > before0 || i >= (40 :: Int) then return (acc ++ ws) else rounds (i + 1) (acc ++ ws)
-      waits <- rounds 1 []
+            let acc' = (fst acc ++ ws, snd acc ++ rs)
+            if n > before0 || i >= (40 :: Int) then return acc' else rounds (i + 1) acc'
+      (waits, recvs) <- rounds 1 ([], [])
+      W.close l
       after0 <- resubmits
       after0 `shouldSatisfy` (> before0)
       -- The ping-pong lost no readiness: every pair is still going.
@@ -116,6 +127,11 @@ spec usable = describe "io_uring backend" $ do
       bytes <- mapM (readByte . fst . fst) waits
       length [ () | Just _ <- bytes ] `shouldBe` length waits
       mapM_ (closePipe . fst) waits
+      -- Each ring receive gets its own connection's bytes, once.
+      forM_ (zip [0 :: Int ..] recvs) $ \(i, (c, _, _)) -> W.sendAll c (BC.pack (show i))
+      got <- within 10 "every ring receive" (mapM (\(_, _, g) -> takeMVar g) recvs)
+      [ i | (i, Right b) <- zip [0 :: Int ..] got, b == BC.pack (show i) ] `shouldBe` [0 .. length recvs - 1]
+      forM_ recvs $ \(c, srv, _) -> W.close c >> W.close srv
   describe "receives on the ring" $ do
     it "a timeout racing every receive, across capabilities: each byte arrives once, in order, and some were kept from cancelled receives" $ do
       unless usable $ pendingWith "the kernel refuses io_uring here"

@@ -11,7 +11,10 @@
 -- "Weft.Event.Internal.Registry"); every later wait is a take of a readiness token,
 -- with no @epoll_ctl@. A socket that never has to wait is never registered.
 -- Under the poll backend, which has no edge-triggered readiness, waits are
--- ordinary one-shot waits ('waitOn') on the caller's system manager.
+-- ordinary one-shot waits ('waitOn') on the caller's system manager. Under
+-- the uring backend, a receive that would block is no wait at all: the
+-- ring performs it ('receiveOnRing'; Note [Receives on the ring] in
+-- "Weft.Event.Internal.Backend.Uring").
 --
 -- Note [Socket close and fd reuse]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
