@@ -37,10 +37,12 @@
 #define UD_OWN     (1ULL << 63)
 #define UD_IGNORE  (UD_OWN | 0)
 #define UD_WAKE    (UD_OWN | 1)
-/* A receive request: UD_OP, the request's id (30 bits; the Haskell side
- * reuses an id only after 2^30 newer requests) and the fd. */
+/* A receive or send request: UD_OP, the request's id (30 bits, chosen by
+ * the Haskell side, which reuses an id only after 2^29 newer requests of
+ * its kind; ID_SEND marks a send's) and the fd. */
 #define UD_OP      (UD_OWN | (1ULL << 62))
 #define OP_UD(fd, id) (UD_OP | ((uint64_t) ((id) & 0x3fffffff) << 32) | (uint32_t) (fd))
+#define ID_SEND    (1u << 29)
 
 /* The provided-buffer ring receives complete into: group 0. */
 #define BUF_GROUP  0
@@ -290,6 +292,38 @@ int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
     return sqe ? 0 : -EBUSY;
 }
 
+/* Queue a send of len bytes at buf (which must stay valid until the
+ * completion), polling first (the caller's own send just said EAGAIN). */
+int weft_uring_send(struct weft_uring *u, int fd, uint64_t id, const void *buf, unsigned len,
+                    int more)
+{
+    pthread_mutex_lock(&u->lock);
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (sqe) {
+        io_uring_prep_send(sqe, fd, buf, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+        io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
+    }
+    pthread_mutex_unlock(&u->lock);
+    return sqe ? 0 : -EBUSY;
+}
+
+/* Queue a gather send (msg, its iovecs and their bytes must stay valid
+ * until the completion), polling first. */
+int weft_uring_sendmsg(struct weft_uring *u, int fd, uint64_t id, const struct msghdr *msg,
+                       int more)
+{
+    pthread_mutex_lock(&u->lock);
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (sqe) {
+        io_uring_prep_sendmsg(sqe, fd, msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
+        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+        io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
+    }
+    pthread_mutex_unlock(&u->lock);
+    return sqe ? 0 : -EBUSY;
+}
+
 /* Queue the cancellation of a completion request. */
 int weft_uring_cancel(struct weft_uring *u, int fd, uint64_t id)
 {
@@ -340,8 +374,9 @@ static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
             out[n].pad = cqe->flags;
             n++;
             /* A readiness wait on the same fd would race the receive for
-             * its bytes and might never see them: tell it what came. */
-            struct watch *w = watch_of(u, fd, 0);
+             * its bytes and might never see them: tell it what came. (A
+             * send consumes nothing a writer waits for.) */
+            struct watch *w = (ud >> 32) & ID_SEND ? NULL : watch_of(u, fd, 0);
             if (w && w->ud && res != -ECANCELED && res != -ENOBUFS) {
                 out[n].fd = (uint32_t) fd;
                 out[n].tag = (uint32_t) (w->ud >> 32);

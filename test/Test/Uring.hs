@@ -9,7 +9,7 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import Data.Maybe (isNothing)
-import Foreign.C.Error (Errno (..), eNOSYS, eOK, ePERM)
+import Foreign.C.Error (Errno (..), eCONNRESET, eNOSYS, eOK, ePERM, ePIPE)
 import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.IO.Exception (IOException (..))
 import qualified Data.ByteString as B
@@ -17,6 +17,7 @@ import qualified Data.ByteString.Char8 as BC
 import GHC.Clock (getMonotonicTimeNSec)
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
+import qualified Network.Socket.ByteString as NB
 import Test.Hspec
 
 import qualified Weft as W
@@ -25,7 +26,7 @@ import qualified Weft.Event as E
 import Weft.Event.Internal.Backend.Uring (setUringReceiveBuffers, setUringSetupFailure)
 
 import Support
-import Test.Net (withPair)
+import Test.Net (connectClient, withPair)
 
 -- | Given whether the kernel lets this process set up rings.
 spec :: Bool -> Spec
@@ -227,6 +228,95 @@ spec usable = describe "io_uring backend" $ do
       forM_ pairs $ \(c, srv) -> W.close c >> W.close srv
       ringStat E.statReceivesNoBuffer >>= (`shouldSatisfy` (> noBuf0))
 
+  describe "sends on the ring" $ do
+    it "a large send to a slow reader goes out in several short ring sends; every byte once, in order" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      sends0 <- ringStat E.statRingSends
+      withPair $ \(c, srv) -> do
+        let big = B.pack [ fromIntegral (i `mod` 253) | i <- [0 .. 8 * 1048576 - 1 :: Int] ]
+            -- A gather send of 2,000 strings, each 4 KiB: the ring's
+            -- message header must point at each, in order.
+            chunks = [ BC.replicate 4096 (toEnum (65 + i `mod` 26)) | i <- [0 .. 1999 :: Int] ]
+        (_, sent) <- forkResult 0 (W.sendAll c big >> W.sendMany c chunks)
+        (_, got) <- forkResult 1 (slowRead srv (B.length big + 4096 * 2000))
+        within 30 "the sends" (takeMVar sent) >>= either throwIO return
+        b <- within 30 "the reader" (takeMVar got) >>= either throwIO return
+        B.take (B.length big) b == big `shouldBe` True
+        B.drop (B.length big) b == B.concat chunks `shouldBe` True
+      -- Each ring send took only what the drained socket had room for.
+      ringStat E.statRingSends >>= (`shouldSatisfy` (>= sends0 + 4))
+      ringStat E.statRingInflight `shouldReturn` 0
+
+    it "a timeout racing sends: the peer gets a prefix of each interrupted message, then the next message whole, in order" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      withPair $ \(c, srv) -> do
+        let rounds = 20 :: Int
+            msg k len = B.replicate len (fromIntegral k)
+            sender = forM [0 .. rounds - 1] $ \k -> do
+              -- 4 MiB cannot all go before the timeout: the rest is on
+              -- the ring when the timeout cancels it.
+              r <- W.timeout (1000 + 500 * (k `mod` 5)) (W.sendAll c (msg (2 * k) 4194304))
+              W.sendAll c (msg (2 * k + 1) 65536)
+              return (isNothing r)
+        (_, sent) <- forkResult (0 :: Int) sender
+        (_, got) <- forkResult 1 (slowRead srv (-1))
+        interrupted <- within 60 "the sends" (takeMVar sent) >>= either throwIO return
+        W.shutdownSend c
+        b <- within 60 "the reader" (takeMVar got) >>= either throwIO return
+        let check k rest
+              | k == rounds = rest `shouldBe` B.empty
+              | otherwise = do
+                  let (partial, rest1) = B.span (== fromIntegral (2 * k)) rest
+                      (whole, rest2) = B.span (== fromIntegral (2 * k + 1)) rest1
+                  B.length partial `shouldSatisfy` (<= 4194304)
+                  B.length whole `shouldBe` 65536
+                  check (k + 1) rest2
+        check 0 b
+        length (filter id interrupted) `shouldSatisfy` (> 0)
+      ringStat E.statRingInflight `shouldReturn` 0
+
+    it "a peer reset mid-send: the sender gets ECONNRESET or EPIPE, nothing stays on the ring" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      sends0 <- ringStat E.statRingSends
+      forM_ [1 .. 20 :: Int] $ \i -> do
+        l <- W.listen (SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
+        addr <- W.localAddress l
+        peer <- connectClient addr
+        (srv, _) <- W.accept l
+        W.close l
+        -- The peer reads 4 MiB of 32, so that some of the sender's ring
+        -- sends complete before the reset.
+        (_, res) <- forkResult (i `mod` 2) (W.sendAll srv (B.replicate (32 * 1048576) 7))
+        let drain k = when (k > 0) $ NB.recv peer 65536 >>= \b -> drain (k - B.length b)
+        drain (4 * 1048576 :: Int)
+        threadDelay 5000
+        N.setSockOpt peer N.Linger (N.StructLinger 1 0)
+        N.close peer
+        r <- within 5 "the sender" (takeMVar res)
+        r `shouldSatisfy` \x -> isErrnoOf [eCONNRESET, ePIPE] x
+        W.close srv
+      ringStat E.statRingSends >>= (`shouldSatisfy` (> sends0))
+      ringStat E.statRingInflight `shouldReturn` 0
+
+    it "close with a send in flight: the sender gets EBADF, nothing stays on the ring" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      forM_ [1 .. 50 :: Int] $ \i -> withPair $ \(_, srv) -> do
+        -- Nobody reads c: the send fills the socket and waits on the ring.
+        (_, res) <- forkResult (i `mod` 2) (W.sendAll srv (B.replicate (16 * 1048576) 7))
+        threadDelay 5000
+        W.close srv
+        r <- within 2 "the send" (takeMVar res)
+        r `shouldSatisfy` isBadFd
+      ringStat E.statRingInflight `shouldReturn` 0
+
   where
     payload i = BC.pack (take 3000 (cycle (show (i :: Int) ++ ":")))
     recvAll sock n = go B.empty
@@ -234,6 +324,19 @@ spec usable = describe "io_uring backend" $ do
                    | otherwise = W.recv sock (n - B.length acc) >>= \b ->
                        if B.null b then return acc else go (acc <> b)
     ringStat f = sum . map f <$> (mapM E.getManagerStats =<< E.systemManagers)
+    -- Read everything (until the end of stream if n < 0, else n bytes),
+    -- slowly: 64 KiB at a time with a pause, so the sender's socket fills.
+    slowRead sock n = go []
+      where go acc = do
+              let have = sum (map B.length acc)
+              if n >= 0 && have >= n then return (B.concat (reverse acc)) else do
+                b <- W.recv sock 65536
+                threadDelay 200
+                if B.null b then return (B.concat (reverse acc)) else go (b : acc)
+    isErrnoOf es (Left e) = case fromException e of
+      Just ioe -> ioe_errno ioe `elem` [ Just x | Errno x <- es ]
+      Nothing -> False
+    isErrnoOf _ (Right _) = False
     spinMicros us = do
       t0 <- getMonotonicTimeNSec
       let go = do t <- getMonotonicTimeNSec

@@ -24,7 +24,8 @@ module Weft.Event.Internal
   , noRingStats
     -- * Completions
   , Completions (..)
-  , Received (..)
+  , Outgoing (..)
+  , RingResult (..)
   , Tracker (..)
   , Inflight (..)
   , newTracker
@@ -215,47 +216,76 @@ data RingStats = RingStats
   , ringReceivesNoBuffer :: !Int
     -- ^ Receives that found no free provided buffer and were submitted
     -- again.
+  , ringReceives :: !Int
+    -- ^ Receives the ring performed.
+  , ringSends :: !Int
+    -- ^ Sends the ring performed.
+  , ringInflight :: !Int
+    -- ^ Receives and sends on the ring now: submitted, and their
+    -- completions not yet handled.
   }
 
 -- | A backend without a ring.
 noRingStats :: RingStats
-noRingStats = RingStats 0 0 0
+noRingStats = RingStats 0 0 0 0 0 0
 
--- | Receives a backend performs itself (Note [Receives on the ring] in
--- "Weft.Event.Internal.Backend.Uring").
+-- | Receives and sends a backend performs itself (Note [Receives on the
+-- ring] and Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring").
 data Completions = Completions
-  { complRecv :: !(IO () -> Fd -> Int -> Tracker -> IO Received)
+  { complRecv :: !(IO () -> Fd -> Int -> Tracker -> IO (RingResult ByteString))
     -- ^ @complRecv wake fd n tracker@ receives at most @n@ bytes on @fd@,
-    -- blocking until some come; @wake@ wakes the backend's dispatcher if it
-    -- is blocked. Interrupted by an asynchronous exception, it cancels the
-    -- request; bytes the request received anyway go to the tracker's
-    -- leftovers. Call only with the tracker free ('trkInflight' empty and
-    -- no leftovers).
+    -- blocking until some come (an empty string: end of stream); @wake@
+    -- wakes the backend's dispatcher if it is blocked. Interrupted by an
+    -- asynchronous exception, it cancels the request; bytes the request
+    -- received anyway go to the tracker's leftovers. Call only with no
+    -- leftovers; with a receive in flight already it returns 'RingBusy'.
+  , complSend :: !(IO () -> Fd -> Outgoing -> Tracker -> IO (RingResult Int))
+    -- ^ @complSend wake fd out tracker@ sends some of the bytes, blocking
+    -- until the socket takes at least one: how many it took. The bytes are
+    -- kept alive until the request completes, even if an asynchronous
+    -- exception interrupts the wait (which cancels the request). With a
+    -- send in flight already it returns 'RingBusy'.
   }
 
--- | What a receive on the ring brought.
-data Received
-  = Received !ByteString   -- ^ Bytes; empty at end of stream.
-  | ReceiveFailed !Errno   -- ^ The receive's error.
-  | ReceiveClosed          -- ^ The socket was closed while it waited.
+-- | Bytes for a send on a ring.
+data Outgoing
+  = OutBytes !ByteString
+    -- ^ One string (not empty).
+  | OutGather !Bool ![ByteString]
+    -- ^ A gather send (flagged @MSG_MORE@ if the flag is set) of at most
+    -- 1024 strings, none empty.
 
--- | A socket's receives on a ring: at most one request in flight, and the
--- bytes of requests cancelled after they received, in arrival order.
+-- | How a request on a ring ended.
+data RingResult a
+  = RingDone !a           -- ^ What it did.
+  | RingFailed !Errno     -- ^ Its error.
+  | RingClosed            -- ^ The socket was closed while it waited.
+  | RingBusy              -- ^ Not submitted: the socket already has a
+                          -- request of its kind in flight (another thread's).
+
+-- | A socket's requests on a ring: at most one receive and one send in
+-- flight, and the bytes of receives cancelled after they received, in
+-- arrival order.
 data Tracker = Tracker
-  { trkInflight :: !(IORef (Maybe Inflight))
+  { trkReceiving :: !(IORef (Maybe Inflight))
+  , trkSending :: !(IORef (Maybe Inflight))
   , trkLeftover :: !(IORef [ByteString])
   , trkProgress :: !(Int -> IO ())
     -- ^ Note bytes received, for idle timeouts.
+  , trkSent :: !(Int -> IO ())
+    -- ^ Note bytes sent, for idle timeouts.
   }
 
--- | A receive request in flight.
+-- | A request in flight.
 data Inflight = Inflight
   { inflClose :: !(IO ())
-    -- ^ Cancel it for a close: its waiter gets 'ReceiveClosed'.
+    -- ^ Cancel it for a close: its waiter gets 'RingClosed'.
   , inflResolved :: !(MVar ())
     -- ^ Full once its completion was handled.
   }
 
--- | A tracker with nothing in flight and no leftovers.
-newTracker :: (Int -> IO ()) -> IO Tracker
-newTracker progress = Tracker <$> newIORef Nothing <*> newIORef [] <*> pure progress
+-- | A tracker with nothing in flight and no leftovers, given how to note
+-- bytes received and bytes sent.
+newTracker :: (Int -> IO ()) -> (Int -> IO ()) -> IO Tracker
+newTracker received sent =
+  Tracker <$> newIORef Nothing <*> newIORef Nothing <*> newIORef [] <*> pure received <*> pure sent

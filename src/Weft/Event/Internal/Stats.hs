@@ -30,6 +30,9 @@ data ManagerStats = ManagerStats
   , statResubmits         :: !Int -- ^ requests resubmitted after the OS thread that submitted them exited (uring; Note [Submitting threads])
   , statReceivesKept      :: !Int -- ^ ring receives cancelled after they had received, whose bytes were kept for the next receive (uring)
   , statReceivesNoBuffer  :: !Int -- ^ ring receives that found no free buffer and were submitted again (uring)
+  , statRingReceives      :: !Int -- ^ receives the ring performed (uring; "Weft.Net" sockets)
+  , statRingSends         :: !Int -- ^ sends the ring performed (uring; "Weft.Net" sockets)
+  , statRingInflight      :: !Int -- ^ receives and sends on the ring now, their completions not yet handled (uring)
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -42,4 +45,5 @@ getManagerStats mgr = do
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> backendKernelCalls (mgrBackend mgr) <*> r cTimersFired
                <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
                <*> pure (ringResubmits ring) <*> pure (ringReceivesKept ring)
-               <*> pure (ringReceivesNoBuffer ring)
+               <*> pure (ringReceivesNoBuffer ring) <*> pure (ringReceives ring)
+               <*> pure (ringSends ring) <*> pure (ringInflight ring)

@@ -32,6 +32,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
+import Weft.Event.Internal (Outgoing (..))
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket hiding (recvBuf)
 import qualified Weft.Net.Internal.Socket as S
@@ -251,22 +252,35 @@ growScratch cap = do
 -- least one; returns how many it took. Throws an 'IOError' if the peer is
 -- gone (@EPIPE@, @ECONNRESET@), the socket is closed, or timed out.
 send :: Socket -> B.ByteString -> IO Int
-send s bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> sendSome s (castPtr p) n
+send s bs = sending "send" s (OutBytes bs) (sendString s bs)
 
-sendSome :: Socket -> Ptr Word8 -> Int -> IO Int
-sendSome s p n = loop
+sendString :: Socket -> B.ByteString -> IO CLong
+sendString s (BI.PS fp off n) = withForeignPtr fp $ \p -> sendBuf s (p `plusPtr` off) n
+{-# INLINE sendString #-}
+
+-- | Run a send call; if it says @EAGAIN@, hand the bytes to the ring
+-- (Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring"), or
+-- wait for readiness and run it again: how many bytes went.
+sending :: String -> Socket -> Outgoing -> IO CLong -> IO Int
+sending loc s out call = loop
   where
     loop = do
-      r <- sendBuf s p n
-      if r >= 0 then return (fromIntegral r) else retryOrThrow "send" Writing s r loop
+      r <- call
+      if r >= 0 then return (fromIntegral r)
+      else if r == negate (errnoLong eAGAIN) && hasBytes out
+        then sendOnRing loc s out >>= maybe (waitReady Writing s >> loop) return
+      else retryOrThrow loc Writing s r loop
+    hasBytes (OutBytes b) = not (B.null b)
+    hasBytes (OutGather _ bss) = not (null bss)
+{-# INLINE sending #-}
 
 -- | Send all the bytes; as 'send' otherwise.
 sendAll :: Socket -> B.ByteString -> IO ()
-sendAll s bs = BU.unsafeUseAsCStringLen bs $ \(p, n) -> go (castPtr p) n
+sendAll s = go
   where
-    go !p !n = when (n > 0) $ do
-      k <- sendSome s p n
-      go (p `plusPtr` k) (n - k)
+    go !b = unless (B.null b) $ do
+      k <- send s b
+      go (BU.unsafeDrop k b)
 
 -- | Send all the strings with gather writes (@sendmsg@, no copying into
 -- one buffer); as 'sendAll' otherwise.
@@ -290,10 +304,7 @@ sendGatheredAll more s = go
   where
     go [] = return ()
     go bss = do
-      let loop = do
-            r <- sendGathered more s bss
-            if r >= 0 then return (fromIntegral r) else retryOrThrow "sendMany" Writing s r loop
-      sent <- loop
+      sent <- sending "sendMany" s (OutGather more (take maxIov bss)) (sendGathered more s bss)
       go (dropBytes sent bss)
 
 -- | Send at most @count@ bytes (which must be positive) of the file from

@@ -46,6 +46,8 @@ module Weft.Net.Internal.Socket
     -- * Receiving on a ring
   , takeLeftover
   , receiveOnRing
+  , sendOnRing
+  , settleSend
     -- * Waiting, errors
   , waitReady
   , retryOrThrow
@@ -89,8 +91,8 @@ import System.Posix.Types (Fd (..))
 
 import qualified Data.ByteString as B
 
-import Weft.Event.Internal (Completions (..), Inflight (..), Received (..), Tracker (..),
-                            backendCompletions, evtRead, evtWrite, newTracker)
+import Weft.Event.Internal (Completions (..), Inflight (..), Outgoing (..), RingResult (..),
+                            Tracker (..), backendCompletions, evtRead, evtWrite, newTracker)
 import Weft.Event.Internal.Core
 import Weft.Event.Internal.Manager (mgrBackend)
 import Weft.Event.Internal.System (getSystemManager, systemManagers)
@@ -108,8 +110,8 @@ data Socket = Socket
     -- ^ Serialises setting up the waiter, the idle timer and closing.
   , sockIdle   :: !(IORef (Maybe TimeoutKey))
   , sockTracker :: !Tracker
-    -- ^ Its receives on a ring (Note [Receives on the ring] in
-    -- "Weft.Event.Internal.Backend.Uring").
+    -- ^ Its receives and sends on a ring (Note [Receives on the ring] and
+    -- Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring").
   }
 
 instance Eq Socket where
@@ -136,9 +138,9 @@ socketFd = Fd . sockFd
 newSocket :: CInt -> IO Socket
 newSocket fd = do
   guard' <- newCounters nGuard
-  let progress k = case guard' of Counters a -> c_note_progress a (fromIntegral k) 1
+  let progress received k = case guard' of Counters a -> c_note_progress a (fromIntegral k) received
   Socket fd guard' <$> newIORef Unwatched <*> newMVar () <*> newIORef Nothing
-                   <*> newTracker progress
+                   <*> newTracker (progress 1) (progress 0)
 
 ------------------------------------------------------------------------------
 -- Guarded syscalls
@@ -151,19 +153,22 @@ recvBuf :: Socket -> Ptr Word8 -> Int -> IO CLong
 recvBuf s p n = c_recv (guardArr s) (sockFd s) p (fromIntegral n)
 {-# INLINE recvBuf #-}
 
+-- Every send first waits for the socket's send on a ring, if one is in
+-- flight ('settleSend').
+
 sendBuf :: Socket -> Ptr Word8 -> Int -> IO CLong
-sendBuf s p n = c_send (guardArr s) (sockFd s) p (fromIntegral n)
+sendBuf s p n = settleSend s >> c_send (guardArr s) (sockFd s) p (fromIntegral n)
 {-# INLINE sendBuf #-}
 
 -- | A gather write of @count@ iovecs; with @more@, flagged @MSG_MORE@
 -- (more data follows at once).
 sendVector :: Socket -> Ptr () -> Int -> Bool -> IO CLong
-sendVector s iov count more =
+sendVector s iov count more = settleSend s >>
   c_sendv (guardArr s) (sockFd s) iov (fromIntegral count) (if more then 1 else 0)
 
 -- | One @sendfile@ of at most @count@ bytes of the file from @offset@.
 sendFileRaw :: Socket -> Fd -> Int64 -> Int64 -> IO CLong
-sendFileRaw s (Fd file) offset count =
+sendFileRaw s (Fd file) offset count = settleSend s >>
   c_sendfile (guardArr s) (sockFd s) file offset (fromIntegral count)
 
 acceptRaw :: Socket -> Ptr () -> Ptr CInt -> IO CLong
@@ -196,7 +201,7 @@ recvManyRaw s bufs size count =
 takeLeftover :: Socket -> Int -> IO (Maybe B.ByteString)
 takeLeftover s n = do
   let trk = sockTracker s
-  inflight <- readIORef (trkInflight trk)
+  inflight <- readIORef (trkReceiving trk)
   forM_ inflight (readMVar . inflResolved)
   left <- readIORef (trkLeftover trk)
   if null left then return Nothing else
@@ -209,7 +214,8 @@ takeLeftover s n = do
 
 -- | After a receive said @EAGAIN@: receive at most @n@ bytes through the
 -- ring of the caller's manager, if its backend performs receives ('Nothing'
--- if not: wait for readiness instead). An empty result is the end of the
+-- if not, or if another thread's receive is on the ring: wait for
+-- readiness instead). An empty result is the end of the
 -- stream. Throws as the receive itself would, and @EBADF@ if the socket is
 -- closed meanwhile.
 receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
@@ -219,10 +225,41 @@ receiveOnRing s n = do
     Nothing -> return Nothing
     Just c -> do
       r <- complRecv c (wakeManager mgr) (socketFd s) n (sockTracker s)
-      case r of
-        Received bs -> return (Just bs)
-        ReceiveFailed (Errno e) -> socketError "recv" s (negate (fromIntegral e))
-        ReceiveClosed -> socketError "recv" s (negate (errnoLong eBADF))
+      ringResult "recv" s r
+
+-- | Wait until the socket's send on a ring, if one is in flight (its
+-- sender was interrupted), is resolved, so that bytes leave in order
+-- (Note [Sends on the ring]). Cheap when there is none: one read.
+settleSend :: Socket -> IO ()
+settleSend s = do
+  inflight <- readIORef (trkSending (sockTracker s))
+  forM_ inflight (readMVar . inflResolved)
+{-# INLINE settleSend #-}
+
+-- | After a send said @EAGAIN@: send some of the bytes through the ring of
+-- the caller's manager, if its backend performs sends: how many it took
+-- ('Nothing' if it does not, or if another thread's send is on the ring:
+-- wait for readiness instead). Throws as the
+-- send itself would, and @EBADF@ if the socket is closed meanwhile.
+sendOnRing :: String -> Socket -> Outgoing -> IO (Maybe Int)
+sendOnRing loc s out = do
+  mgr <- getSystemManager
+  case backendCompletions (mgrBackend mgr) of
+    Nothing -> return Nothing
+    Just c -> do
+      -- A sender interrupted meanwhile may have left one in flight.
+      settleSend s
+      r <- complSend c (wakeManager mgr) (socketFd s) out (sockTracker s)
+      ringResult loc s r
+
+-- | A request's result; 'Nothing' if the ring was busy with another
+-- thread's request on the socket.
+ringResult :: String -> Socket -> RingResult a -> IO (Maybe a)
+ringResult loc s r = case r of
+  RingDone a -> return (Just a)
+  RingBusy -> return Nothing
+  RingFailed (Errno e) -> socketError loc s (negate (fromIntegral e))
+  RingClosed -> socketError loc s (negate (errnoLong eBADF))
 
 ------------------------------------------------------------------------------
 -- Waiting
@@ -422,9 +459,10 @@ stopUsing s unwatch = uninterruptibleMask_ $ do
         Watched watch -> unwatchFd watch
         _ -> return ()
     drain
-    -- A receive on a ring holds the file: cancel it and wait for its end.
-    inflight <- readIORef (trkInflight (sockTracker s))
-    forM_ inflight $ \i -> inflClose i >> readMVar (inflResolved i)
+    -- A request on a ring holds the file: cancel it and wait for its end.
+    forM_ [trkReceiving, trkSending] $ \slot -> do
+      inflight <- readIORef (slot (sockTracker s))
+      forM_ inflight $ \i -> inflClose i >> readMVar (inflResolved i)
   return first
   where
     g = sockGuard s

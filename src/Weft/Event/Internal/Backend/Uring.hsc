@@ -65,6 +65,24 @@
 -- threads]) is submitted again, as a poll request is. A close cancels the
 -- request and waits until its completion was handled, so no request
 -- outlives its fd.
+--
+-- Note [Sends on the ring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~
+-- A "Weft.Net" send (or gather send) whose own @send@ says @EAGAIN@ is
+-- handed to the ring too ('complSend'): a send request that polls first,
+-- so the kernel sends when the socket drains, with no readiness report
+-- and no retried @send@. Its bytes are the caller's strings themselves,
+-- not a copy: the request holds them (and a gather send's message header
+-- and iovecs) until it is resolved, so a send interrupted by an
+-- asynchronous exception, whose request the kernel may still be reading,
+-- never reads freed memory. Such a send is cancelled like a receive; the
+-- bytes it may have sent before the cancel are gone to the peer, as with
+-- any interrupted send. A socket has at most one send in flight, and
+-- every send on the socket waits for it to be resolved first, so bytes
+-- leave in the order they were sent. (Two threads sending on one socket
+-- at once: the second waits for readiness instead, as does a second
+-- concurrent receiver.) A send completes with the count the
+-- kernel took, perhaps short of the whole (the caller sends the rest).
 module Weft.Event.Internal.Backend.Uring
   ( newUringBackend
   , setUringSetupFailure
@@ -78,20 +96,22 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
-import Foreign.C.Error (eNOBUFS, eSHUTDOWN)
-import Foreign.Marshal.Utils (copyBytes)
+import Foreign.C.Error (eINVAL, eNOBUFS, eSHUTDOWN)
+import Foreign.ForeignPtr (ForeignPtr)
+import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
+import Foreign.Marshal.Utils (copyBytes, fillBytes)
 import Data.Bits (shiftR, testBit)
 
 import Data.Bits ((.&.), (.|.))
 import Data.Int (Int64)
 import Data.Word (Word32, Word64, Word8)
 import Foreign.C.Error (Errno (..), eOK, errnoToIOError)
-import Foreign.C.Types (CChar, CInt (..), CLong (..), CUInt (..))
+import Foreign.C.Types (CChar, CInt (..), CLong (..), CSize, CUInt (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Marshal.Alloc (alloca)
 import Foreign.Ptr (Ptr, castPtr, nullPtr, plusPtr)
 import Data.Int (Int32)
-import Foreign.Storable (peek, peekByteOff, poke)
+import Foreign.Storable (peek, peekByteOff, poke, pokeByteOff)
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
@@ -100,6 +120,7 @@ import Weft.Event.Internal
 #define _GNU_SOURCE
 #include <poll.h>
 #include <errno.h>
+#include <sys/socket.h>
 
 data Ring
 
@@ -168,11 +189,13 @@ newUringBackend = do
     , backendWakeOnArm = True
     , backendClose = abandonAll table >> c_close ring
     , backendKernelCalls = fromIntegral <$> c_interest_changes ring
-    , backendCompletions = if haveBuffers then Just (Completions (recvOnRing table)) else Nothing
+    , backendCompletions =
+        if haveBuffers then Just (Completions (recvOnRing table) (sendOnRing table)) else Nothing
     , backendRingStats = do
         polls <- fromIntegral <$> c_resubmits ring
         rs <- readIORef counts
-        return rs { ringResubmits = ringResubmits rs + polls }
+        inflight <- IM.size <$> readIORef reqs
+        return rs { ringResubmits = ringResubmits rs + polls, ringInflight = inflight }
     }
 
 ------------------------------------------------------------------------------
@@ -197,44 +220,99 @@ data Table = Table
   , tblReqs :: !(IORef (IM.IntMap Req))
   , tblNext :: !(IORef Int)
   , tblCounts :: !(IORef RingStats)
-    -- ^ Receives' counts (the poll requests' resubmissions are the C side's).
+    -- ^ Receives' and sends' counts (the poll requests' resubmissions are
+    -- the C side's).
   }
 
 data Req = Req
   { reqFd :: !Fd
-  , reqLen :: !Int
+  , reqOp :: !Op
   , reqState :: !(IORef ReqState)
-  , reqDone :: !(MVar Received)
+  , reqDone :: !(MVar Outcome)
   , reqResolved :: !(MVar ())
   , reqTracker :: !Tracker
   }
 
+-- | What a request does. A send holds its bytes (and a gather send its
+-- message header and iovecs) until it is resolved: the kernel reads them
+-- until the completion.
+data Op
+  = OpRecv !Int
+  | OpSend !Outgoing !(Maybe (ForeignPtr ()))
+
+data Outcome = Got !B.ByteString | Sent !Int | Failed !Errno | Closed | Busy
+
 data ReqState = Waiting | Delivered | Cancelled | Closing
 
-recvOnRing :: Table -> IO () -> Fd -> Int -> Tracker -> IO Received
-recvOnRing t wake fd n trk = mask $ \restore -> do
+recvOnRing :: Table -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
+recvOnRing t wake fd n trk = do
+  out <- onRing t wake fd (OpRecv (min n (fromIntegral receiveBufferBytes))) trk
+  return $ case out of
+    Got bs -> RingDone bs
+    Failed e -> RingFailed e
+    Busy -> RingBusy
+    _ -> RingClosed
+
+sendOnRing :: Table -> IO () -> Fd -> Outgoing -> Tracker -> IO (RingResult Int)
+sendOnRing t wake fd o trk = do
+  header <- case o of
+    OutBytes _ -> return Nothing
+    OutGather _ bss -> Just <$> messageHeader bss
+  out <- onRing t wake fd (OpSend o header) trk
+  return $ case out of
+    Sent k -> RingDone k
+    Failed e -> RingFailed e
+    Busy -> RingBusy
+    _ -> RingClosed
+
+-- | A @struct msghdr@ followed by the strings' iovecs.
+messageHeader :: [B.ByteString] -> IO (ForeignPtr ())
+messageHeader bss = do
+  let n = length bss
+  fp <- mallocForeignPtrBytes (#{size struct msghdr} + n * #{size struct iovec})
+  withForeignPtr fp $ \m -> do
+    let iov = m `plusPtr` #{size struct msghdr}
+    fillBytes m 0 #{size struct msghdr}
+    #{poke struct msghdr, msg_iov} m iov
+    #{poke struct msghdr, msg_iovlen} m (fromIntegral n :: CSize)
+    forM_ (zip [0 ..] bss) $ \(i, BI.PS bfp off len) -> do
+      let e = iov `plusPtr` (i * #{size struct iovec})
+      #{poke struct iovec, iov_base} e (unsafeForeignPtrToPtr bfp `plusPtr` off)
+      #{poke struct iovec, iov_len} e (fromIntegral len :: CSize)
+  return fp
+
+-- | Submit a request and wait for its outcome (Note [Receives on the
+-- ring], Note [Sends on the ring]).
+onRing :: Table -> IO () -> Fd -> Op -> Tracker -> IO Outcome
+onRing t wake fd op trk = mask $ \restore -> do
   st <- newIORef Waiting
   done <- newEmptyMVar
   resolved <- newEmptyMVar
-  -- Ids are 30 bits: one is reused only after 2^30 newer requests.
-  i <- atomicModifyIORef' (tblNext t) (\k -> ((k + 1) .&. 0x3fffffff, k))
-  let req = Req fd (min n (fromIntegral receiveBufferBytes)) st done resolved trk
-  atomicModifyIORef' (tblReqs t) (\m -> (IM.insert i req m, ()))
-  writeIORef (trkInflight trk) (Just (Inflight (() <$ cancelFor Closing i req) resolved))
-  submitRecv t i req
-  wake
-  -- readMVar, not takeMVar: an exception that lands after the read, still
-  -- inside restore, finds the outcome in the cell and keeps its bytes.
-  restore (readMVar done) `onException` do
-    owned <- cancelFor Cancelled i req
-    -- Delivered already: the outcome is in the cell, or about to be.
-    when (not owned) $ do
-      out <- uninterruptibleMask_ (readMVar done)
-      case out of
-        Received bs | not (B.null bs) -> do
-          atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
-          count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
-        _ -> return ()
+  -- Ids are 29 bits and a kind bit: one is reused only after 2^29 newer
+  -- requests of its kind.
+  k <- atomicModifyIORef' (tblNext t) (\j -> ((j + 1) .&. 0x1fffffff, j))
+  let i = case op of OpRecv _ -> k; OpSend _ _ -> k .|. sendBit
+      req = Req fd op st done resolved trk
+      inflight = Inflight (() <$ cancelFor Closing i req) resolved
+  claimed <- atomicModifyIORef' (slotOf req) $ \slot -> case slot of
+    Nothing -> (Just inflight, True)
+    Just _ -> (slot, False)
+  if not claimed then return Busy else do
+    atomicModifyIORef' (tblReqs t) (\m -> (IM.insert i req m, ()))
+    submit t i req
+    wake
+    -- readMVar, not takeMVar: an exception that lands after the read, still
+    -- inside restore, finds the outcome in the cell and keeps its bytes.
+    restore (readMVar done) `onException` do
+      owned <- cancelFor Cancelled i req
+      -- Delivered already: the outcome is in the cell, or about to be.
+      when (not owned) $ do
+        out <- uninterruptibleMask_ (readMVar done)
+        case out of
+          Got bs | not (B.null bs) -> do
+            atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
+            count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
+          _ -> return ()
   where
     -- Returns whether the request was still waiting (and is now cancelled).
     cancelFor to i req = do
@@ -244,18 +322,38 @@ recvOnRing t wake fd n trk = mask $ \restore -> do
       when was (c_cancel (tblRing t) fd (fromIntegral i) >> wake)
       return was
 
-submitRecv :: Table -> Int -> Req -> IO ()
-submitRecv t i req = do
-  r <- c_recv (tblRing t) (reqFd req) (fromIntegral i) (fromIntegral (reqLen req))
-  when (r /= 0) $ complete t i req (ReceiveFailed (Errno (negate r)))
+-- | Marks a send's id (as the C side's @ID_SEND@).
+sendBit :: Int
+sendBit = 0x20000000
 
--- | A receive's completion, on the dispatcher.
+-- | The tracker's slot a request occupies.
+slotOf :: Req -> IORef (Maybe Inflight)
+slotOf req = case reqOp req of
+  OpRecv _ -> trkReceiving (reqTracker req)
+  OpSend _ _ -> trkSending (reqTracker req)
+
+submit :: Table -> Int -> Req -> IO ()
+submit t i req = do
+  let ring = tblRing t
+      fd = reqFd req
+      ud = fromIntegral i
+  r <- case reqOp req of
+    OpRecv n -> c_recv ring fd ud (fromIntegral n)
+    OpSend (OutBytes (BI.PS fp off len)) _ ->
+      c_send ring fd ud (unsafeForeignPtrToPtr fp `plusPtr` off) (fromIntegral len) 0
+    OpSend (OutGather more _) (Just header) ->
+      c_sendmsg ring fd ud (unsafeForeignPtrToPtr header) (if more then 1 else 0)
+    OpSend (OutGather _ _) Nothing -> return (negate (errnoCInt eINVAL))
+  when (r /= 0) $ complete t i req (Failed (Errno (negate r)))
+
+-- | A request's completion, on the dispatcher.
 completed :: Table -> Int -> Int -> Word32 -> IO ()
 completed t i res flags = do
   m <- readIORef (tblReqs t)
   forM_ (IM.lookup i m) $ \req -> do
     st <- readIORef (reqState req)
-    if res == negate (errnoInt eCANCELED) || res == negate (errnoInt eNOBUFS)
+    let noBuffer = res == negate (errnoInt eNOBUFS) && case reqOp req of OpRecv _ -> True; _ -> False
+    if res == negate (errnoInt eCANCELED) || noBuffer
       then case st of
         -- Not cancelled by weft: the submitting thread exited; or no
         -- buffer was free. Submit it again.
@@ -263,12 +361,15 @@ completed t i res flags = do
           count t $ \c -> if res == negate (errnoInt eCANCELED)
             then c { ringResubmits = ringResubmits c + 1 }
             else c { ringReceivesNoBuffer = ringReceivesNoBuffer c + 1 }
-          submitRecv t i req
-        Closing -> complete t i req ReceiveClosed
+          submit t i req
+        Closing -> complete t i req Closed
         _ -> resolve t i req
       else do
-        out <- if res > 0 then Received <$> copyOut res else
-               if res == 0 then return (Received B.empty) else return (ReceiveFailed (Errno (fromIntegral (negate res))))
+        out <- if res < 0 then return (Failed (Errno (fromIntegral (negate res)))) else
+          case reqOp req of
+            OpSend _ _ -> return (Sent res)
+            OpRecv _ | res > 0 -> Got <$> copyOut res
+                     | otherwise -> return (Got B.empty)
         complete t i req out
   where
     copyOut k = do
@@ -281,29 +382,35 @@ completed t i res flags = do
     castChars = castPtr
 
 -- | Hand a request's outcome to its waiter, or, if the waiter is gone,
--- keep its bytes as the socket's leftovers; then forget the request.
-complete :: Table -> Int -> Req -> Received -> IO ()
+-- keep a receive's bytes as the socket's leftovers; then forget the
+-- request.
+complete :: Table -> Int -> Req -> Outcome -> IO ()
 complete t i req out = do
   case out of
-    Received bs | not (B.null bs) -> trkProgress (reqTracker req) (B.length bs)
+    Got bs | not (B.null bs) -> do
+      trkProgress (reqTracker req) (B.length bs)
+      count t (\c -> c { ringReceives = ringReceives c + 1 })
+    Sent k | k > 0 -> do
+      trkSent (reqTracker req) k
+      count t (\c -> c { ringSends = ringSends c + 1 })
     _ -> return ()
   st <- atomicModifyIORef' (reqState req) $ \s -> case s of
     Waiting -> (Delivered, s)
     _ -> (s, s)
   case st of
     Cancelled -> case out of
-      Received bs | not (B.null bs) -> do
+      Got bs | not (B.null bs) -> do
         atomicModifyIORef' (trkLeftover (reqTracker req)) (\l -> (l ++ [bs], ()))
         count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
       _ -> return ()
-    Closing -> putMVar (reqDone req) (case out of Received _ -> out; _ -> ReceiveClosed)
+    Closing -> putMVar (reqDone req) (case out of Failed _ -> Closed; _ -> out)
     _ -> putMVar (reqDone req) out
   resolve t i req
 
 resolve :: Table -> Int -> Req -> IO ()
 resolve t i req = do
   atomicModifyIORef' (tblReqs t) (\m -> (IM.delete i m, ()))
-  writeIORef (trkInflight (reqTracker req)) Nothing
+  writeIORef (slotOf req) Nothing
   _ <- tryPutMVar (reqResolved req) ()
   return ()
 
@@ -312,7 +419,7 @@ resolve t i req = do
 abandonAll :: Table -> IO ()
 abandonAll t = do
   m <- readIORef (tblReqs t)
-  forM_ (IM.toList m) $ \(i, req) -> complete t i req (ReceiveFailed eSHUTDOWN)
+  forM_ (IM.toList m) $ \(i, req) -> complete t i req (Failed eSHUTDOWN)
 
 -- | Base has no name for it.
 eCANCELED :: Errno
@@ -323,6 +430,9 @@ count t f = atomicModifyIORef' (tblCounts t) (\c -> (f c, ()))
 
 errnoInt :: Errno -> Int
 errnoInt (Errno e) = fromIntegral e
+
+errnoCInt :: Errno -> CInt
+errnoCInt (Errno e) = e
 
 -- | The poll mask of an interest; 0 for none.
 toPoll :: Interest -> Word32
@@ -372,6 +482,10 @@ foreign import ccall unsafe "weft_uring_setup_buffers"
   c_setup_buffers :: Ptr Ring -> CUInt -> CUInt -> IO CInt
 foreign import ccall unsafe "weft_uring_recv"
   c_recv :: Ptr Ring -> Fd -> Word64 -> CUInt -> IO CInt
+foreign import ccall unsafe "weft_uring_send"
+  c_send :: Ptr Ring -> Fd -> Word64 -> Ptr Word8 -> CUInt -> CInt -> IO CInt
+foreign import ccall unsafe "weft_uring_sendmsg"
+  c_sendmsg :: Ptr Ring -> Fd -> Word64 -> Ptr () -> CInt -> IO CInt
 foreign import ccall unsafe "weft_uring_cancel"
   c_cancel :: Ptr Ring -> Fd -> Word64 -> IO CInt
 foreign import ccall unsafe "weft_uring_buffer"
