@@ -275,8 +275,9 @@ int weft_uring_setup_buffers(struct weft_uring *u, unsigned nbufs, unsigned bufs
     return 0;
 }
 
-/* Queue a receive of at most len bytes into a provided buffer, polling
- * first (the caller's own recv just said EAGAIN). */
+/* Queue a receive of at most len bytes into a provided buffer. It is
+ * tried at submission (weft's receives go to the ring first), and polls
+ * only if nothing has come. */
 int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
 {
     pthread_mutex_lock(&u->lock);
@@ -285,7 +286,6 @@ int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
         io_uring_prep_recv(sqe, fd, NULL, len < u->bufsize ? len : u->bufsize, 0);
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = BUF_GROUP;
-        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
         io_uring_sqe_set_data64(sqe, OP_UD(fd, id));
     }
     pthread_mutex_unlock(&u->lock);
@@ -293,15 +293,17 @@ int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
 }
 
 /* Queue a send of len bytes at buf (which must stay valid until the
- * completion), polling first (the caller's own send just said EAGAIN). */
+ * completion); with poll_first, only once the socket is writable (the
+ * caller's own send just said EAGAIN). */
 int weft_uring_send(struct weft_uring *u, int fd, uint64_t id, const void *buf, unsigned len,
-                    int more)
+                    int more, int poll_first)
 {
     pthread_mutex_lock(&u->lock);
     struct io_uring_sqe *sqe = get_sqe(u);
     if (sqe) {
         io_uring_prep_send(sqe, fd, buf, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+        if (poll_first)
+            sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
         io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
     }
     pthread_mutex_unlock(&u->lock);
@@ -309,15 +311,16 @@ int weft_uring_send(struct weft_uring *u, int fd, uint64_t id, const void *buf, 
 }
 
 /* Queue a gather send (msg, its iovecs and their bytes must stay valid
- * until the completion), polling first. */
+ * until the completion); poll_first as for weft_uring_send. */
 int weft_uring_sendmsg(struct weft_uring *u, int fd, uint64_t id, const struct msghdr *msg,
-                       int more)
+                       int more, int poll_first)
 {
     pthread_mutex_lock(&u->lock);
     struct io_uring_sqe *sqe = get_sqe(u);
     if (sqe) {
         io_uring_prep_sendmsg(sqe, fd, msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
-        sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+        if (poll_first)
+            sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
         io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
     }
     pthread_mutex_unlock(&u->lock);

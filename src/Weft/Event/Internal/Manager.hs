@@ -41,6 +41,7 @@ module Weft.Event.Internal.Manager
   , managerIds
     -- * Shared operations
   , wakeManager
+  , managerBlocked
   , stopped
   , managerStoppedError
   , runCallbacks
@@ -195,6 +196,13 @@ wakeManager mgr = do
       backendWake (mgrBackend mgr)
       void (addCounter c cWakeups 1)
     void (addCounter c cInflight (-1))
+
+-- | Whether the dispatcher is blocked in the kernel now (a moment later
+-- it may not be): what it is not blocked for, it will see at its next poll
+-- without a wakeup.
+managerBlocked :: Manager -> IO Bool
+managerBlocked mgr = (== sBlocking) <$> readCounter (mgrCounters mgr) cState
+{-# INLINE managerBlocked #-}
 
 stopped :: Manager -> IO Bool
 stopped mgr = (/= 0) <$> readCounter (mgrCounters mgr) cStop

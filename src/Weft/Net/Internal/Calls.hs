@@ -157,7 +157,7 @@ recv s n
   | otherwise = takeLeftover s n >>= maybe fresh return
   where
     fresh | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
-          | otherwise = loop
+          | otherwise = receiveOnRing s n >>= maybe loop (ringBytes s return)
     -- Note [Receiving through a scratch buffer]
     loop = do
       r <- withScratch $ \p -> do
@@ -167,8 +167,7 @@ recv s n
       case r of
         Right bs -> return bs
         Left 0 -> B.empty <$ endOfStream s
-        Left k | k == negate (errnoLong eAGAIN) -> onRing s n (B.empty <$ endOfStream s) return loop
-               | otherwise -> retryOrThrow "recv" Reading s k loop
+        Left k -> retryOrThrow "recv" Reading s k loop
 
 -- Note [Receiving through a scratch buffer]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -183,26 +182,22 @@ recv s n
 -- | 'recv' into a buffer: the number of bytes received (0 at end of
 -- stream).
 recvBuf :: Socket -> Ptr Word8 -> Int -> IO Int
-recvBuf s p n = takeLeftover s n >>= maybe loop copyIn
+recvBuf s p n = takeLeftover s n >>= maybe fresh copyIn
   where
+    fresh = receiveOnRing s n >>= maybe loop (ringBytes s copyIn)
     loop = do
       r <- S.recvBuf s p n
       if r > 0 then return (fromIntegral r)
       else if r == 0 then 0 <$ endOfStream s
-      else if r == negate (errnoLong eAGAIN) then onRing s n (0 <$ endOfStream s) copyIn loop
       else retryOrThrow "recv" Reading s r loop
     copyIn b = BU.unsafeUseAsCStringLen b $ \(src, k) -> k <$ BI.memcpy p (castPtr src) k
 
--- | After @EAGAIN@: receive through the caller's ring if its backend
--- performs receives (end of stream: @atEnd@; bytes: @got@), or wait for
--- readiness and try again.
-onRing :: Socket -> Int -> IO a -> (B.ByteString -> IO a) -> IO a -> IO a
-onRing s n atEnd got again = do
-  r <- receiveOnRing s n
-  case r of
-    Nothing -> waitReady Reading s >> again
-    Just b | B.null b -> atEnd
-           | otherwise -> got b
+-- | What a receive on the ring brought: the end of the stream (empty:
+-- as 'recv' reports it, given an empty string), or bytes, for @got@.
+ringBytes :: Socket -> (B.ByteString -> IO a) -> B.ByteString -> IO a
+ringBytes s got b
+  | B.null b = endOfStream s >> got b
+  | otherwise = got b
 
 -- | At end of stream: throw if an idle timeout caused it.
 endOfStream :: Socket -> IO ()
@@ -258,17 +253,21 @@ sendString :: Socket -> B.ByteString -> IO CLong
 sendString s (BI.PS fp off n) = withForeignPtr fp $ \p -> sendBuf s (p `plusPtr` off) n
 {-# INLINE sendString #-}
 
--- | Run a send call; if it says @EAGAIN@, hand the bytes to the ring
--- (Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring"), or
--- wait for readiness and run it again: how many bytes went.
+-- | Send the bytes through the ring if its dispatcher is busy; else run
+-- the send call, and if it says @EAGAIN@, hand the bytes to the ring, or
+-- wait for readiness and run it again (Note [Ring first] and Note [Sends
+-- on the ring] in "Weft.Event.Internal.Backend.Uring"): how many bytes
+-- went.
 sending :: String -> Socket -> Outgoing -> IO CLong -> IO Int
-sending loc s out call = loop
+sending loc s out call
+  | hasBytes out = sendOnRing False loc s out >>= maybe loop return
+  | otherwise = loop
   where
     loop = do
       r <- call
       if r >= 0 then return (fromIntegral r)
       else if r == negate (errnoLong eAGAIN) && hasBytes out
-        then sendOnRing loc s out >>= maybe (waitReady Writing s >> loop) return
+        then sendOnRing True loc s out >>= maybe (waitReady Writing s >> loop) return
       else retryOrThrow loc Writing s r loop
     hasBytes (OutBytes b) = not (B.null b)
     hasBytes (OutGather _ bss) = not (null bss)

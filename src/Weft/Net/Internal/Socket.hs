@@ -94,7 +94,7 @@ import qualified Data.ByteString as B
 import Weft.Event.Internal (Completions (..), Inflight (..), Outgoing (..), RingResult (..),
                             Tracker (..), backendCompletions, evtRead, evtWrite, newTracker)
 import Weft.Event.Internal.Core
-import Weft.Event.Internal.Manager (mgrBackend)
+import Weft.Event.Internal.Manager (managerBlocked, mgrBackend)
 import Weft.Event.Internal.System (getSystemManager, systemManagers)
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
@@ -212,20 +212,33 @@ takeLeftover s n = do
         | otherwise -> (B.drop n b : rest, Just (B.take n b))
 {-# INLINE takeLeftover #-}
 
--- | After a receive said @EAGAIN@: receive at most @n@ bytes through the
--- ring of the caller's manager, if its backend performs receives ('Nothing'
--- if not, or if another thread's receive is on the ring: wait for
--- readiness instead). An empty result is the end of the
--- stream. Throws as the receive itself would, and @EBADF@ if the socket is
--- closed meanwhile.
+-- | Receive at most @n@ bytes through the ring of the caller's manager,
+-- if its backend performs receives: a receive goes to the ring first,
+-- without trying its own @recv@ (Note [Ring first] in
+-- "Weft.Event.Internal.Backend.Uring"). 'Nothing' if the backend does not
+-- perform receives, or another thread's receive is on the ring: receive
+-- with the socket's own @recv@ and readiness instead. An empty result is
+-- the end of the stream. Throws as the receive itself would, and @EBADF@
+-- if the socket is closed meanwhile.
 receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
 receiveOnRing s n = do
   mgr <- getSystemManager
   case backendCompletions (mgrBackend mgr) of
     Nothing -> return Nothing
     Just c -> do
-      r <- complRecv c (wakeManager mgr) (socketFd s) n (sockTracker s)
+      r <- complRecv c (whileOpen s) (wakeManager mgr) (socketFd s) n (sockTracker s)
       ringResult "recv" s r
+
+-- | Run an action as a guarded syscall runs (counted in the guard's use
+-- word, which a close waits to drain): 'False', without running it, if
+-- the socket is closed. For submissions to a ring, which must never name
+-- an fd that a close has given up (Note [Socket close and fd reuse]).
+whileOpen :: Socket -> IO () -> IO Bool
+whileOpen s act = do
+  let g = sockGuard s
+  prev <- addCounter g gUse 2
+  if odd prev then False <$ addCounter g gUse (-2) else
+    (True <$ act) `finally` addCounter g gUse (-2)
 
 -- | Wait until the socket's send on a ring, if one is in flight (its
 -- sender was interrupted), is resolved, so that bytes leave in order
@@ -236,21 +249,24 @@ settleSend s = do
   forM_ inflight (readMVar . inflResolved)
 {-# INLINE settleSend #-}
 
--- | After a send said @EAGAIN@: send some of the bytes through the ring of
--- the caller's manager, if its backend performs sends: how many it took
--- ('Nothing' if it does not, or if another thread's send is on the ring:
--- wait for readiness instead). Throws as the
--- send itself would, and @EBADF@ if the socket is closed meanwhile.
-sendOnRing :: String -> Socket -> Outgoing -> IO (Maybe Int)
-sendOnRing loc s out = do
+-- | Send some of the bytes through the ring of the caller's manager, if
+-- its backend performs sends and, unless @always@, its dispatcher is busy
+-- (Note [Ring first]): how many the socket took. 'Nothing' if not, or if
+-- another thread's send is on the ring: send with the socket's own @send@
+-- (and readiness) instead. Throws as the send itself would, and @EBADF@ if
+-- the socket is closed meanwhile.
+sendOnRing :: Bool -> String -> Socket -> Outgoing -> IO (Maybe Int)
+sendOnRing always loc s out = do
   mgr <- getSystemManager
   case backendCompletions (mgrBackend mgr) of
     Nothing -> return Nothing
     Just c -> do
-      -- A sender interrupted meanwhile may have left one in flight.
-      settleSend s
-      r <- complSend c (wakeManager mgr) (socketFd s) out (sockTracker s)
-      ringResult loc s r
+      go <- if always then return True else not <$> managerBlocked mgr
+      if not go then return Nothing else do
+        -- A sender interrupted meanwhile may have left one in flight.
+        settleSend s
+        r <- complSend c (whileOpen s) (wakeManager mgr) (socketFd s) always out (sockTracker s)
+        ringResult loc s r
 
 -- | A request's result; 'Nothing' if the ring was busy with another
 -- thread's request on the socket.
