@@ -233,19 +233,19 @@ noRingStats = RingStats 0 0 0 0 0 0
 -- ring] and Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring").
 --
 -- Each takes, first, how to submit only while the socket is open:
--- @whileOpen act@ runs @act@ and returns 'True' unless the socket is
--- closed (then 'False', and @act@ does not run); a close waits for an
+-- @whileOpen act@ runs @act@ and returns its result unless the socket is
+-- closed (then 'Nothing', and @act@ does not run); a close waits for an
 -- @act@ under way, so the request it submitted is in the tracker's slot
 -- by the time the close looks there.
 data Completions = Completions
-  { complRecv :: !((IO () -> IO Bool) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult ByteString))
+  { complRecv :: !((IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult ByteString))
     -- ^ @complRecv whileOpen wake fd n tracker@ receives at most @n@ bytes on @fd@,
     -- blocking until some come (an empty string: end of stream); @wake@
     -- wakes the backend's dispatcher if it is blocked. Interrupted by an
     -- asynchronous exception, it cancels the request; bytes the request
     -- received anyway go to the tracker's leftovers. Call only with no
     -- leftovers; with a receive in flight already it returns 'RingBusy'.
-  , complSend :: !((IO () -> IO Bool) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int))
+  , complSend :: !((IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int))
     -- ^ @complSend whileOpen wake fd full out tracker@ sends some of the bytes,
     -- blocking until the socket takes at least one: how many it took.
     -- @full@: the socket just said it has no room (the request waits for

@@ -230,15 +230,15 @@ receiveOnRing s n = do
       ringResult "recv" s r
 
 -- | Run an action as a guarded syscall runs (counted in the guard's use
--- word, which a close waits to drain): 'False', without running it, if
+-- word, which a close waits to drain): 'Nothing', without running it, if
 -- the socket is closed. For submissions to a ring, which must never name
 -- an fd that a close has given up (Note [Socket close and fd reuse]).
-whileOpen :: Socket -> IO () -> IO Bool
+whileOpen :: Socket -> IO a -> IO (Maybe a)
 whileOpen s act = do
   let g = sockGuard s
   prev <- addCounter g gUse 2
-  if odd prev then False <$ addCounter g gUse (-2) else
-    (True <$ act) `finally` addCounter g gUse (-2)
+  if odd prev then Nothing <$ addCounter g gUse (-2) else
+    (Just <$> act) `finally` addCounter g gUse (-2)
 
 -- | Wait until the socket's send on a ring, if one is in flight (its
 -- sender was interrupted), is resolved, so that bytes leave in order

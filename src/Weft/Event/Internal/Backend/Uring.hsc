@@ -266,7 +266,7 @@ data Outcome = Got !B.ByteString | Sent !Int | Failed !Errno | Closed | Busy
 
 data ReqState = Waiting | Delivered | Cancelled | Closing
 
-recvOnRing :: Table -> (IO () -> IO Bool) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
+recvOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
 recvOnRing t whileOpen wake fd n trk = do
   out <- onRing t whileOpen wake fd (OpRecv (min n (fromIntegral receiveBufferBytes))) trk
   return $ case out of
@@ -275,7 +275,7 @@ recvOnRing t whileOpen wake fd n trk = do
     Busy -> RingBusy
     _ -> RingClosed
 
-sendOnRing :: Table -> (IO () -> IO Bool) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
+sendOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
 sendOnRing t whileOpen wake fd full o trk = do
   header <- case o of
     OutBytes _ -> return Nothing
@@ -305,7 +305,7 @@ messageHeader bss = do
 
 -- | Submit a request and wait for its outcome (Note [Receives on the
 -- ring], Note [Sends on the ring]).
-onRing :: Table -> (IO () -> IO Bool) -> IO () -> Fd -> Op -> Tracker -> IO Outcome
+onRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Op -> Tracker -> IO Outcome
 onRing t whileOpen wake fd op trk = mask $ \restore -> do
   st <- newIORef Waiting
   done <- newEmptyMVar
@@ -316,30 +316,31 @@ onRing t whileOpen wake fd op trk = mask $ \restore -> do
   let i = case op of OpRecv _ -> k; OpSend {} -> k .|. sendBit
       req = Req fd op st done resolved trk
       inflight = Inflight (() <$ cancelFor Closing i req) resolved
-  claimed <- newIORef False
-  open <- whileOpen $ do
-    ok <- atomicModifyIORef' (slotOf req) $ \slot -> case slot of
+  submitted <- whileOpen $ do
+    claimed <- atomicModifyIORef' (slotOf req) $ \slot -> case slot of
       Nothing -> (Just inflight, True)
       Just _ -> (slot, False)
-    when ok $ do
-      writeIORef claimed True
+    when claimed $ do
       atomicModifyIORef' (tblReqs t) (\m -> (IM.insert i req m, ()))
       submit t i req
-  ok <- readIORef claimed
-  if not open then return Closed else if not ok then return Busy else do
-    wake
-    -- readMVar, not takeMVar: an exception that lands after the read, still
-    -- inside restore, finds the outcome in the cell and keeps its bytes.
-    restore (readMVar done) `onException` do
-      owned <- cancelFor Cancelled i req
-      -- Delivered already: the outcome is in the cell, or about to be.
-      when (not owned) $ do
-        out <- uninterruptibleMask_ (readMVar done)
-        case out of
-          Got bs | not (B.null bs) -> do
-            atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
-            count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
-          _ -> return ()
+    return claimed
+  case submitted of
+    Nothing -> return Closed
+    Just False -> return Busy
+    Just True -> do
+      wake
+      -- readMVar, not takeMVar: an exception that lands after the read, still
+      -- inside restore, finds the outcome in the cell and keeps its bytes.
+      restore (readMVar done) `onException` do
+        owned <- cancelFor Cancelled i req
+        -- Delivered already: the outcome is in the cell, or about to be.
+        when (not owned) $ do
+          out <- uninterruptibleMask_ (readMVar done)
+          case out of
+            Got bs | not (B.null bs) -> do
+              atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
+              count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
+            _ -> return ()
   where
     -- Returns whether the request was still waiting (and is now cancelled).
     cancelFor to i req = do
