@@ -115,7 +115,6 @@ import Control.Monad (forM_, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
-import qualified Data.IntMap.Strict as IM
 import Foreign.C.Error (eINVAL, eNOBUFS, eSHUTDOWN)
 import Foreign.ForeignPtr (ForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
@@ -136,11 +135,14 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
+import qualified Weft.Event.Internal.FdTable as FT
+import Weft.Internal.Counters
 
 #define _GNU_SOURCE
 #include <poll.h>
 #include <errno.h>
 #include <sys/socket.h>
+#include <linux/io_uring.h>
 
 data Ring
 
@@ -169,10 +171,9 @@ newUringBackend = do
   buf <- mallocForeignPtrBytes (eventBufferSize * eventSize)
   nbufs <- readIORef receiveBuffers
   haveBuffers <- (== 0) <$> c_setup_buffers ring (fromIntegral nbufs) receiveBufferBytes
-  reqs <- newIORef IM.empty
-  nextId <- newIORef 0
-  counts <- newIORef noRingStats
-  let table = Table ring reqs nextId counts
+  reqs <- FT.new (\_ -> FdReqs <$> newIORef Nothing <*> newIORef Nothing)
+  counts <- newCounters nCounts
+  let table = Table ring reqs counts
   let poll :: PollTimeout -> EventHandler -> IO Int
       poll timeout handler = withForeignPtr buf $ \p -> do
         n <- case timeout of
@@ -194,7 +195,8 @@ newUringBackend = do
                 if testBit tag 31
                   then do
                     flags <- peekByteOff e 12 :: IO Word32
-                    completed table (fromIntegral (tag .&. 0x3fffffff)) (fromIntegral (fromIntegral revents :: Int32)) flags
+                    completed table (fromIntegral fd) (fromIntegral (tag .&. 0x3fffffff))
+                      (fromIntegral (fromIntegral revents :: Int32)) flags
                   else handler (Fd (fromIntegral fd)) tag (fromPoll revents)
                 dispatch p n (i + 1)
   return Backend
@@ -213,9 +215,9 @@ newUringBackend = do
         if haveBuffers then Just (Completions (recvOnRing table) (sendOnRing table)) else Nothing
     , backendRingStats = do
         polls <- fromIntegral <$> c_resubmits ring
-        rs <- readIORef counts
-        inflight <- IM.size <$> readIORef reqs
-        return rs { ringResubmits = ringResubmits rs + polls, ringInflight = inflight }
+        let r = readCounter counts
+        RingStats <$> ((+ polls) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
+                  <*> r cReceives <*> r cSends <*> r cInflight
     }
 
 ------------------------------------------------------------------------------
@@ -237,20 +239,36 @@ setUringReceiveBuffers = writeIORef receiveBuffers
 
 data Table = Table
   { tblRing :: !(Ptr Ring)
-  , tblReqs :: !(IORef (IM.IntMap Req))
-  , tblNext :: !(IORef Int)
-  , tblCounts :: !(IORef RingStats)
-    -- ^ Receives' and sends' counts (the poll requests' resubmissions are
-    -- the C side's).
+  , tblReqs :: !(FT.FdTable FdReqs)
+  , tblCounts :: !Counters
+    -- ^ The next id, and the receives' and sends' counts (the poll
+    -- requests' resubmissions are the C side's).
   }
 
+-- | An fd's receive and send in flight. One of each is enough: a socket
+-- has at most one of each in flight ('Tracker'), and its close waits for
+-- them before the fd number can be reused. (Two sockets made from one fd
+-- find the cell taken, and wait for readiness instead.)
+data FdReqs = FdReqs
+  { frRecv :: !(IORef (Maybe Req))
+  , frSend :: !(IORef (Maybe Req))
+  }
+
+-- Counters in 'tblCounts'.
+cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cInflight, nCounts :: Int
+cNext = 0; cResubmits = 1; cKept = 2; cNoBuffer = 3; cReceives = 4; cSends = 5; cInflight = 6
+nCounts = 7
+
 data Req = Req
-  { reqFd :: !Fd
+  { reqId :: {-# UNPACK #-} !Int
+  , reqFd :: !Fd
   , reqOp :: !Op
   , reqState :: !(IORef ReqState)
   , reqDone :: !(MVar Outcome)
   , reqResolved :: !(MVar ())
   , reqTracker :: !Tracker
+  , reqCell :: !(IORef (Maybe Req))
+    -- ^ Its cell in the table ('FdReqs').
   }
 
 -- | What a request does. A send holds its bytes (and a gather send its
@@ -312,18 +330,22 @@ onRing t whileOpen wake fd op trk = mask $ \restore -> do
   resolved <- newEmptyMVar
   -- Ids are 29 bits and a kind bit: one is reused only after 2^29 newer
   -- requests of its kind.
-  k <- atomicModifyIORef' (tblNext t) (\j -> ((j + 1) .&. 0x1fffffff, j))
-  let i = case op of OpRecv _ -> k; OpSend {} -> k .|. sendBit
-      req = Req fd op st done resolved trk
-      inflight = Inflight (() <$ cancelFor Closing i req) resolved
+  k <- addCounter (tblCounts t) cNext 1
+  let (i, cellOf) = case op of
+        OpRecv _ -> (k .&. 0x1fffffff, frRecv)
+        OpSend {} -> ((k .&. 0x1fffffff) .|. sendBit, frSend)
+  cell <- cellOf <$> FT.lookupOrCreate (tblReqs t) (fromIntegral fd)
+  let req = Req i fd op st done resolved trk cell
+      inflight = Inflight (() <$ cancelFor Closing req) resolved
   submitted <- whileOpen $ do
-    claimed <- atomicModifyIORef' (slotOf req) $ \slot -> case slot of
-      Nothing -> (Just inflight, True)
-      Just _ -> (slot, False)
-    when claimed $ do
-      atomicModifyIORef' (tblReqs t) (\m -> (IM.insert i req m, ()))
-      submit t i req
-    return claimed
+    claimed <- claim (slotOf req) inflight
+    free <- if claimed then claim cell req else return False
+    if free
+      then do
+        _ <- addCounter (tblCounts t) cInflight 1
+        submit t req
+      else when claimed $ writeIORef (slotOf req) Nothing
+    return free
   case submitted of
     Nothing -> return Closed
     Just False -> return Busy
@@ -332,22 +354,26 @@ onRing t whileOpen wake fd op trk = mask $ \restore -> do
       -- readMVar, not takeMVar: an exception that lands after the read, still
       -- inside restore, finds the outcome in the cell and keeps its bytes.
       restore (readMVar done) `onException` do
-        owned <- cancelFor Cancelled i req
+        owned <- cancelFor Cancelled req
         -- Delivered already: the outcome is in the cell, or about to be.
         when (not owned) $ do
           out <- uninterruptibleMask_ (readMVar done)
           case out of
             Got bs | not (B.null bs) -> do
               atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
-              count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
+              count t cKept
             _ -> return ()
   where
+    claim :: IORef (Maybe a) -> a -> IO Bool
+    claim ref a = atomicModifyIORef' ref $ \cur -> case cur of
+      Nothing -> (Just a, True)
+      Just _ -> (cur, False)
     -- Returns whether the request was still waiting (and is now cancelled).
-    cancelFor to i req = do
+    cancelFor to req = do
       was <- atomicModifyIORef' (reqState req) $ \s -> case s of
         Waiting -> (to, True)
         _ -> (s, False)
-      when was (c_cancel (tblRing t) fd (fromIntegral i) >> wake)
+      when was (c_cancel (tblRing t) fd (fromIntegral (reqId req)) >> wake)
       return was
 
 -- | Marks a send's id (as the C side's @ID_SEND@).
@@ -360,11 +386,11 @@ slotOf req = case reqOp req of
   OpRecv _ -> trkReceiving (reqTracker req)
   OpSend {} -> trkSending (reqTracker req)
 
-submit :: Table -> Int -> Req -> IO ()
-submit t i req = do
+submit :: Table -> Req -> IO ()
+submit t req = do
   let ring = tblRing t
       fd = reqFd req
-      ud = fromIntegral i
+      ud = fromIntegral (reqId req)
   r <- case reqOp req of
     OpRecv n -> c_recv ring fd ud (fromIntegral n)
     OpSend full (OutBytes (BI.PS fp off len)) _ ->
@@ -372,13 +398,15 @@ submit t i req = do
     OpSend full (OutGather more _) (Just header) ->
       c_sendmsg ring fd ud (unsafeForeignPtrToPtr header) (flag more) (flag full)
     OpSend _ (OutGather _ _) Nothing -> return (negate (errnoCInt eINVAL))
-  when (r /= 0) $ complete t i req (Failed (Errno (negate r)))
+  when (r /= 0) $ complete t req (Failed (Errno (negate r)))
 
--- | A request's completion, on the dispatcher.
-completed :: Table -> Int -> Int -> Word32 -> IO ()
-completed t i res flags = do
-  m <- readIORef (tblReqs t)
-  forM_ (IM.lookup i m) $ \req -> do
+-- | A request's completion (its fd, id, result and flags), on the
+-- dispatcher.
+completed :: Table -> Int -> Int -> Int -> Word32 -> IO ()
+completed t fd i res flags = do
+  frs <- FT.lookup (tblReqs t) fd
+  cur <- maybe (return Nothing) (readIORef . if i .&. sendBit /= 0 then frSend else frRecv) frs
+  forM_ cur $ \req -> when (reqId req == i) $ do
     st <- readIORef (reqState req)
     let noBuffer = res == negate (errnoInt eNOBUFS) && case reqOp req of OpRecv _ -> True; _ -> False
     if res == negate (errnoInt eCANCELED) || noBuffer
@@ -386,41 +414,43 @@ completed t i res flags = do
         -- Not cancelled by weft: the submitting thread exited; or no
         -- buffer was free. Submit it again.
         Waiting -> do
-          count t $ \c -> if res == negate (errnoInt eCANCELED)
-            then c { ringResubmits = ringResubmits c + 1 }
-            else c { ringReceivesNoBuffer = ringReceivesNoBuffer c + 1 }
-          submit t i req
-        Closing -> complete t i req Closed
-        _ -> resolve t i req
+          count t (if res == negate (errnoInt eCANCELED) then cResubmits else cNoBuffer)
+          submit t req
+        Closing -> complete t req Closed
+        _ -> resolve t req
       else do
         out <- if res < 0 then return (Failed (Errno (fromIntegral (negate res)))) else
           case reqOp req of
             OpSend {} -> return (Sent res)
-            OpRecv _ | res > 0 -> Got <$> copyOut res
-                     | otherwise -> return (Got B.empty)
-        complete t i req out
+            OpRecv _ -> Got <$> copyOut res
+        complete t req out
   where
-    copyOut k = do
-      let bid = fromIntegral (flags `shiftR` 16)
-      p <- c_buffer (tblRing t) bid
-      bs <- BI.create k (\d -> copyBytes d (castChars p) k)
-      c_recycle (tblRing t) bid
-      return bs
+    -- Whatever comes with a buffer gives it back, an end of stream (0
+    -- bytes) too: io_uring's contract allows one there, though this
+    -- kernel (6.18) sets none.
+    copyOut k
+      | flags .&. #{const IORING_CQE_F_BUFFER} == 0 = return B.empty
+      | otherwise = do
+          let bid = fromIntegral (flags `shiftR` #{const IORING_CQE_BUFFER_SHIFT})
+          p <- c_buffer (tblRing t) bid
+          bs <- if k > 0 then BI.create k (\d -> copyBytes d (castChars p) k) else return B.empty
+          c_recycle (tblRing t) bid
+          return bs
     castChars :: Ptr CChar -> Ptr Word8
     castChars = castPtr
 
 -- | Hand a request's outcome to its waiter, or, if the waiter is gone,
 -- keep a receive's bytes as the socket's leftovers; then forget the
 -- request.
-complete :: Table -> Int -> Req -> Outcome -> IO ()
-complete t i req out = do
+complete :: Table -> Req -> Outcome -> IO ()
+complete t req out = do
   case out of
     Got bs | not (B.null bs) -> do
       trkProgress (reqTracker req) (B.length bs)
-      count t (\c -> c { ringReceives = ringReceives c + 1 })
+      count t cReceives
     Sent k | k > 0 -> do
       trkSent (reqTracker req) k
-      count t (\c -> c { ringSends = ringSends c + 1 })
+      count t cSends
     _ -> return ()
   st <- atomicModifyIORef' (reqState req) $ \s -> case s of
     Waiting -> (Delivered, s)
@@ -429,15 +459,18 @@ complete t i req out = do
     Cancelled -> case out of
       Got bs | not (B.null bs) -> do
         atomicModifyIORef' (trkLeftover (reqTracker req)) (\l -> (l ++ [bs], ()))
-        count t (\c -> c { ringReceivesKept = ringReceivesKept c + 1 })
+        count t cKept
       _ -> return ()
     Closing -> putMVar (reqDone req) (case out of Failed _ -> Closed; _ -> out)
     _ -> putMVar (reqDone req) out
-  resolve t i req
+  resolve t req
 
-resolve :: Table -> Int -> Req -> IO ()
-resolve t i req = do
-  atomicModifyIORef' (tblReqs t) (\m -> (IM.delete i m, ()))
+-- | Forget a request whose completion was handled, then tell a close
+-- waiting for it.
+resolve :: Table -> Req -> IO ()
+resolve t req = do
+  writeIORef (reqCell req) Nothing
+  _ <- addCounter (tblCounts t) cInflight (-1)
   writeIORef (slotOf req) Nothing
   _ <- tryPutMVar (reqResolved req) ()
   return ()
@@ -446,15 +479,16 @@ resolve t i req = do
 -- still in flight.
 abandonAll :: Table -> IO ()
 abandonAll t = do
-  m <- readIORef (tblReqs t)
-  forM_ (IM.toList m) $ \(i, req) -> complete t i req (Failed eSHUTDOWN)
+  cells <- FT.elems (tblReqs t)
+  forM_ cells $ \(_, frs) -> forM_ [frRecv frs, frSend frs] $ \cell ->
+    readIORef cell >>= mapM_ (\req -> complete t req (Failed eSHUTDOWN))
 
 -- | Base has no name for it.
 eCANCELED :: Errno
 eCANCELED = Errno #{const ECANCELED}
 
-count :: Table -> (RingStats -> RingStats) -> IO ()
-count t f = atomicModifyIORef' (tblCounts t) (\c -> (f c, ()))
+count :: Table -> Int -> IO ()
+count t c = () <$ addCounter (tblCounts t) c 1
 
 errnoInt :: Errno -> Int
 errnoInt (Errno e) = fromIntegral e
