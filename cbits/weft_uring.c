@@ -10,13 +10,17 @@
  * except the blocking wait, which takes it only to reap and to flush the
  * submission queue: arms come from any capability's OS thread.
  *
- * A poll request's user_data is the arm's tag (31 bits, Registry's slot
- * tag) above the fd, as the epoll backend's event data, so an arm is
- * recognised by its user_data alone. The ring remembers, per fd, the
- * user_data of the request now armed and how it was armed, so that it can
- * remove it, re-arm a level-triggered interest after each report, and
- * resubmit a request the kernel cancelled because the OS thread that
- * submitted it exited (see Note [Submitting threads] in the Haskell module).
+ * A poll request's user_data is a generation (31 bits, fresh for every
+ * arm) above the fd. The ring remembers, per fd, the user_data of the
+ * request now armed, the arm's tag (Registry's slot tag, reported with its
+ * events as the epoll backend reports its event data) and how it was
+ * armed, so that it can remove it, re-arm a level-triggered interest after
+ * each report, and resubmit a request the kernel cancelled because the OS
+ * thread that submitted it exited (see Note [Submitting threads] in the
+ * Haskell module). The generation is what tells these apart: a request
+ * weft removed completes with -ECANCELED too, and if a re-arm with the
+ * same tag had reused its user_data, that completion would look like a
+ * thread's exit, and be resubmitted beside the new request.
  * User data with the top bit set is the ring's own: the wakeup read, and
  * removals whose completions nobody needs.
  */
@@ -51,6 +55,7 @@ enum { MODE_ONCE = 0, MODE_LEVEL = 1, MODE_EDGE = 2 };
 
 struct watch {
     uint64_t ud;       /* the armed request's user_data; 0: none */
+    uint32_t tag;      /* the arm's tag */
     uint32_t mask;     /* its poll mask */
     uint32_t mode;     /* MODE_* */
 };
@@ -67,6 +72,7 @@ struct weft_uring {
     long interest_changes;   /* poll adds and removes queued */
     long resubmits;          /* requests resubmitted after a thread exit */
     long enters;             /* io_uring_enter calls */
+    uint32_t generation;     /* of the last arm */
     struct io_uring_buf_ring *bufring;   /* NULL: no completion I/O */
     char *bufs;
     unsigned nbufs, bufsize;
@@ -178,13 +184,20 @@ static int queue_poll(struct weft_uring *u, int fd, struct watch *w)
     return 0;
 }
 
-/* Queue the removal of the watch's request, if any. Lock held. */
+/* Queue the removal of the watch's request, if any. Lock held.
+ *
+ * An async cancel, not a poll remove: a poll remove fails with -EALREADY
+ * when it finds the request in the middle of reporting an event (its
+ * wakeup owns it), and the request lives on. A multishot request then
+ * never ends, and it holds its file: a socket closed through weft would
+ * stay open, and its peer would never see the close. A cancel marks the
+ * request cancelled whatever it is doing. */
 static int queue_remove(struct weft_uring *u, struct watch *w)
 {
     if (!w->ud) return 0;
     struct io_uring_sqe *sqe = get_sqe(u);
     if (!sqe) return -EBUSY;
-    io_uring_prep_poll_remove(sqe, w->ud);
+    io_uring_prep_cancel64(sqe, w->ud, 0);
     io_uring_sqe_set_data64(sqe, UD_IGNORE);
     sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
     w->ud = 0;
@@ -218,7 +231,10 @@ int weft_uring_arm(struct weft_uring *u, int fd, uint32_t tag, uint32_t mask,
     if ((r = queue_remove(u, w)) < 0) goto out;
     r = 0;
     if (mask) {
-        w->ud = ((uint64_t) tag << 32) | (uint32_t) fd;
+        u->generation = (u->generation + 1) & 0x7fffffff;
+        if (u->generation == 0) u->generation = 1;
+        w->ud = ((uint64_t) u->generation << 32) | (uint32_t) fd;
+        w->tag = tag;
         w->mask = mask;
         w->mode = mode;
         r = queue_poll(u, fd, w);
@@ -382,7 +398,7 @@ static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
             struct watch *w = (ud >> 32) & ID_SEND ? NULL : watch_of(u, fd, 0);
             if (w && w->ud && res != -ECANCELED && res != -ENOBUFS) {
                 out[n].fd = (uint32_t) fd;
-                out[n].tag = (uint32_t) (w->ud >> 32);
+                out[n].tag = w->tag;
                 out[n].revents = res > 0 ? POLLIN : res == 0 ? (POLLIN | POLLRDHUP) : POLLERR;
                 out[n].pad = 0;
                 n++;
@@ -403,14 +419,14 @@ static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
         if (!w || w->ud != ud)
             continue;                     /* removed or re-armed since */
         if (res == -ECANCELED) {
-            /* Not ours (ours remove the watch first): the submitting
-             * thread exited. */
+            /* Not ours (a request weft removed or replaced no longer
+             * has the watch's user_data): the submitting thread exited. */
             u->resubmits++;
             queue_poll(u, fd, w);
             continue;
         }
         out[n].fd = (uint32_t) fd;
-        out[n].tag = (uint32_t) (ud >> 32);
+        out[n].tag = w->tag;
         out[n].revents = res < 0 ? POLLERR : (uint32_t) res;
         out[n].pad = 0;
         n++;

@@ -21,6 +21,7 @@ import qualified Network.Socket.ByteString as NB
 import Test.Hspec
 
 import qualified Weft as W
+import qualified Weft.Color as Color
 import qualified Weft.Net as W
 import qualified Weft.Event as E
 import Weft.Event.Internal.Backend.Uring (setUringReceiveBuffers, setUringSetupFailure)
@@ -133,6 +134,26 @@ spec usable = describe "io_uring backend" $ do
       got <- within 10 "every ring receive" (mapM (\(_, _, g) -> takeMVar g) recvs)
       [ i | (i, Right b) <- zip [0 :: Int ..] got, b == BC.pack (show i) ] `shouldBe` [0 .. length recvs - 1]
       forM_ recvs $ \(c, srv, _) -> W.close c >> W.close srv
+  describe "closing a watched socket" $
+    it "closed while its edge watch reports events, the socket closes every time: the peer sees it" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      rt <- Color.newRuntime Color.defaultConfig
+      (`finally` Color.shutdown rt) $ forM_ [1 .. 200 :: Int] $ \i -> withPair $ \(c, srv) -> do
+        let h = Color.handler "watch"
+        -- An edge watch: one multishot poll request on c's fd.
+        _ <- Color.watchSocket rt c 0 (h, return ()) (h, return ())
+        -- The peer sends without a pause from either capability, so the
+        -- request is often reporting an event when the close removes it.
+        (_, flood) <- forkResult (i `mod` 2) (forever (W.sendAll srv (B.replicate 512 1)) :: IO ())
+        threadDelay (100 * (i `mod` 5))
+        W.close c
+        -- A request left on the ring would hold c's file open: the peer
+        -- would see no close, and its sends would block for ever.
+        r <- within 3 "the peer's sends failing after the close" (takeMVar flood)
+        r `shouldSatisfy` isErrnoOf [eCONNRESET, ePIPE]
+
   describe "receives on the ring" $ do
     it "a timeout racing every receive, across capabilities: each byte arrives once, in order, and some were kept from cancelled receives" $ do
       unless usable $ pendingWith "the kernel refuses io_uring here"

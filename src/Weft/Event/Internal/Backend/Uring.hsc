@@ -26,11 +26,17 @@
 -- submitted it exits, and GHC's worker OS threads do exit (the RTS keeps
 -- only a few spare ones). Requests here are submitted by whichever OS thread
 -- runs the dispatcher (or a forget) at the time. The ring remembers each
--- fd's armed request, and weft never cancels one without first forgetting
--- it, so a cancelled completion whose request is still the fd's armed one
--- was the thread's exit: the ring submits it again, unchanged, from the
--- dispatcher (counted as 'backendResubmits'). A poll request consumes
--- nothing, so a resubmission loses and duplicates nothing.
+-- fd's armed request, and every arm gets a fresh @user_data@ (a
+-- generation above the fd; the arm's tag is kept beside it). A request
+-- weft removed or replaced completes with @-ECANCELED@ too, but no longer
+-- has the fd's armed @user_data@, so a cancelled completion whose request
+-- is still the fd's armed one was the thread's exit: the ring submits it
+-- again, unchanged, from the dispatcher (counted as 'backendResubmits'). A
+-- poll request consumes nothing, so a resubmission loses and duplicates
+-- nothing. (Were a re-arm with the same tag to reuse the @user_data@, the
+-- removed request's @-ECANCELED@ would be taken for a thread's exit and
+-- submitted again beside the new one, and the stray request would hold
+-- the file open after a close.)
 --
 -- Note [Fds closed behind weft's back, on a ring]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
