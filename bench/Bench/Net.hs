@@ -557,12 +557,13 @@ nginxConfig dir port workers location = unlines
 -- idle
 
 -- | 64 active SimpleServer connections next to many idle ones: active
--- throughput and server memory, weft against GHC's manager.
+-- throughput and server memory, weft (on epoll and on io_uring) against
+-- GHC's manager.
 idleBench :: Settings -> IO String
 idleBench st = do
   hard <- raiseFdLimit
   bin <- binDir
-  let arms = ["weft", "ghc"]
+  let arms = ["weft", "weft-uring", "ghc"]
       -- Both the server and the load generator hold every connection, so
       -- the fd limit bounds the idle count.
       room = fromIntegral hard - 500 :: Int
@@ -573,9 +574,9 @@ idleBench st = do
   results <- newIORef Map.empty
   forM_ [1 .. setReps st] $ \rep -> do
     -- Fresh servers each repetition, so memory reflects the levels run so far.
-    let servers =
-          [ ("idle-" ++ a, "0", \p -> [bin </> "weft-simple-server", show p, "90", "323", "--manager", a, "+RTS", "-N1", "-RTS"])
-          | a <- arms ]
+    let server a p = [bin </> "weft-simple-server", show p, "90", "323", "--manager", a, "+RTS", "-N1", "-RTS"]
+        servers = [ ("idle-weft", "0", server "weft"), ("idle-weft-uring", "0", onUring . server "weft")
+                  , ("idle-ghc", "0", server "ghc") ]
     withServers servers $ \srvs -> do
       let cells = [ Cell ("idle=" ++ show k) a (loadgen bin st srv 1
                       ["--conns", "64", "--idle", show k, "--src-addrs", "4", "--connect-timeout", "30"])

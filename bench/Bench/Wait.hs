@@ -35,13 +35,14 @@ import qualified Weft.Event as E
 
 -- | weft (its adaptive spin policy), weft with the fixed spin window of
 -- earlier versions, weft with the plain Mio dispatcher loop (no spinning),
--- and GHC's own manager.
-data Arm = WeftArm | WeftFixedArm | WeftMioArm | GhcArm deriving (Eq, Ord, Show, Enum, Bounded)
+-- weft on the io_uring backend, and GHC's own manager.
+data Arm = WeftArm | WeftFixedArm | WeftMioArm | WeftUringArm | GhcArm deriving (Eq, Ord, Show, Enum, Bounded)
 
 armName :: Arm -> String
 armName WeftArm = "weft"
 armName WeftFixedArm = "weft-fixed"
 armName WeftMioArm = "weft-mio"
+armName WeftUringArm = "weft-uring"
 armName GhcArm = "ghc"
 
 -- | The child's arm and the environment it runs with.
@@ -49,7 +50,8 @@ armProcess :: FilePath -> Arm -> [String] -> IO CreateProcess
 armProcess exe arm args = do
   env0 <- getEnvironment
   let spin = [ ("WEFT_SPIN_US", "0") | arm == WeftMioArm ] ++ [ ("WEFT_SPIN_POLICY", "fixed") | arm == WeftFixedArm ]
-      env' = spin ++ filter ((`notElem` ["WEFT_SPIN_US", "WEFT_SPIN_POLICY"]) . fst) env0
+             ++ [ ("WEFT_BACKEND", "uring") | arm == WeftUringArm ]
+      env' = spin ++ filter ((`notElem` ["WEFT_SPIN_US", "WEFT_SPIN_POLICY", "WEFT_BACKEND"]) . fst) env0
   return (proc exe (armName arm : args)) { env = Just env' }
 
 data Options = Options { optReps :: Int, optRoundTrips :: Int, optCaps :: [Int] }
@@ -97,7 +99,8 @@ waitMain args = do
   writeCsv "bench-results/wait.csv" header rows
   putStrLn "\n(waits/s: higher is better; CPU us/wait is the process CPU time of all threads; ratios of medians against ghc;"
   putStrLn " weft-fixed is weft with WEFT_SPIN_POLICY=fixed, the fixed 50 us spin window of earlier versions;"
-  putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop)"
+  putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop;"
+  putStrLn " weft-uring is weft with WEFT_BACKEND=uring; the other weft arms run on epoll)"
   putStrLn "CSV: bench-results/wait.csv"
   return (renderTable header rows)
 
