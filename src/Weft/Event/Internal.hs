@@ -230,7 +230,7 @@ noRingStats :: RingStats
 noRingStats = RingStats 0 0 0 0 0 0
 
 -- | Receives and sends a backend performs itself (Note [Receives on the
--- ring] and Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring").
+-- ring] and Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
 --
 -- Each takes, first, how to submit only while the socket is open:
 -- @whileOpen act@ runs @act@ and returns its result unless the socket is

@@ -256,7 +256,7 @@ sendString s (BI.PS fp off n) = withForeignPtr fp $ \p -> sendBuf s (p `plusPtr`
 -- | Send the bytes through the ring if its dispatcher is busy; else run
 -- the send call, and if it says @EAGAIN@, hand the bytes to the ring, or
 -- wait for readiness and run it again (Note [Ring first] and Note [Sends
--- on the ring] in "Weft.Event.Internal.Backend.Uring"): how many bytes
+-- on the ring] in "Weft.Event.Internal.Backend.Uring.Requests"): how many bytes
 -- went.
 sending :: String -> Socket -> Outgoing -> IO CLong -> IO Int
 sending loc s out call

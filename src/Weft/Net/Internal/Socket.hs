@@ -14,7 +14,7 @@
 -- ordinary one-shot waits ('waitOn') on the caller's system manager. Under
 -- the uring backend, a receive that would block is no wait at all: the
 -- ring performs it ('receiveOnRing'; Note [Receives on the ring] in
--- "Weft.Event.Internal.Backend.Uring").
+-- "Weft.Event.Internal.Backend.Uring.Requests").
 --
 -- Note [Socket close and fd reuse]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -111,7 +111,7 @@ data Socket = Socket
   , sockIdle   :: !(IORef (Maybe TimeoutKey))
   , sockTracker :: !Tracker
     -- ^ Its receives and sends on a ring (Note [Receives on the ring] and
-    -- Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring").
+    -- Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
   }
 
 instance Eq Socket where
@@ -215,7 +215,7 @@ takeLeftover s n = do
 -- | Receive at most @n@ bytes through the ring of the caller's manager,
 -- if its backend performs receives: a receive goes to the ring first,
 -- without trying its own @recv@ (Note [Ring first] in
--- "Weft.Event.Internal.Backend.Uring"). 'Nothing' if the backend does not
+-- "Weft.Event.Internal.Backend.Uring.Requests"). 'Nothing' if the backend does not
 -- perform receives, or another thread's receive is on the ring: receive
 -- with the socket's own @recv@ and readiness instead. An empty result is
 -- the end of the stream. Throws as the receive itself would, and @EBADF@
