@@ -41,7 +41,7 @@
 #define UD_OWN     (1ULL << 63)
 #define UD_IGNORE  (UD_OWN | 0)
 #define UD_WAKE    (UD_OWN | 1)
-/* A receive or send request: UD_OP, the request's id (30 bits, chosen by
+/* A receive, accept or send request: UD_OP, the request's id (30 bits, chosen by
  * the Haskell side, which reuses an id only after 2^29 newer requests of
  * its kind; ID_SEND marks a send's) and the fd. */
 #define UD_OP      (UD_OWN | (1ULL << 62))
@@ -338,6 +338,21 @@ int weft_uring_sendmsg(struct weft_uring *u, int fd, uint64_t id, const struct m
         if (poll_first)
             sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
         io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
+    }
+    pthread_mutex_unlock(&u->lock);
+    return sqe ? 0 : -EBUSY;
+}
+
+/* Queue an accept on listener fd; the peer's address goes to addr, its
+ * length to *len (both must stay valid until the completion). */
+int weft_uring_accept(struct weft_uring *u, int fd, uint64_t id, struct sockaddr *addr,
+                      socklen_t *len)
+{
+    pthread_mutex_lock(&u->lock);
+    struct io_uring_sqe *sqe = get_sqe(u);
+    if (sqe) {
+        io_uring_prep_accept(sqe, fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        io_uring_sqe_set_data64(sqe, OP_UD(fd, id));
     }
     pthread_mutex_unlock(&u->lock);
     return sqe ? 0 : -EBUSY;

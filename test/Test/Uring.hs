@@ -8,6 +8,7 @@ import Control.Concurrent
 import Control.Exception
 import Control.Monad
 import Data.IORef
+import Data.List (sort)
 import Data.Maybe (isNothing)
 import Foreign.C.Error (Errno (..), eCONNRESET, eNOSYS, eOK, ePERM, ePIPE)
 import Foreign.C.Types (CInt (..), CUInt (..))
@@ -341,7 +342,112 @@ spec usable = describe "io_uring backend" $ do
         r `shouldSatisfy` isBadFd
       ringStat E.statRingInflight `shouldReturn` 0
 
+  describe "accepts on the ring" $ do
+    it "a timeout racing every accept, across capabilities: each connection is accepted once, some were kept from cancelled accepts, no fd is left open" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      kept0 <- ringStat E.statReceivesKept
+      accepts0 <- ringStat E.statRingAccepts
+      fds0 <- openFdCount
+      l <- W.listen loopback
+      addr <- W.localAddress l
+      -- Rounds of 200 connections, each sending its number, while the
+      -- acceptor's timeouts of about a connect's length keep cancelling
+      -- its accepts; until a cancelled accept had a connection.
+      let rounds k = do
+            let ids = [k * 200 .. k * 200 + 199]
+            (_, cs) <- forkResult 1 (mapM (numberedClient addr) ids)
+            (_, ss) <- forkResult 0 (mask_ (racingAcceptor l (return False) 200 []))
+            cs' <- within 20 "the clients" (takeMVar cs) >>= either throwIO return
+            ss' <- within 20 "the acceptor" (takeMVar ss) >>= either throwIO return
+            got <- forM ss' $ \srv -> within 2 "a connection's number" (recvNumber srv)
+            mapM_ W.close (cs' ++ ss')
+            sort got `shouldBe` ids
+            kept <- ringStat E.statReceivesKept
+            unless (kept > kept0 || k >= 14) (rounds (k + 1))
+      rounds 0 `finally` W.close l
+      ringStat E.statReceivesKept >>= (`shouldSatisfy` (> kept0))
+      ringStat E.statRingAccepts >>= (`shouldSatisfy` (> accepts0))
+      ringStat E.statRingInflight `shouldReturn` 0
+      eventually "every fd closed" ((<= fds0) <$> openFdCount)
+
+    it "closing a listener closes the connections its cancelled accepts kept: their clients see it" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      fds0 <- openFdCount
+      let attempt k = do
+            kept0 <- ringStat E.statReceivesKept
+            l <- W.listen loopback
+            addr <- W.localAddress l
+            let ids = [0 .. 99]
+                keptOne = (> kept0) <$> ringStat E.statReceivesKept
+                -- After a cancelled accept: once its request is resolved
+                -- (whatever it accepted is kept by then), has one kept a
+                -- connection?
+                settledKept = do
+                  within 2 "the cancelled accept's end" $
+                    let go = ringStat E.statRingInflight >>= \i -> when (i > 0) (yield >> go) in go
+                  keptOne
+            (_, cs) <- forkResult 1 (mapM (numberedClient addr) ids)
+            -- Stops as soon as a cancelled accept kept a connection, and
+            -- leaves it (and those still queued) to the close.
+            (_, ss) <- forkResult 0 (mask_ (racingAcceptor l settledKept 100 []))
+            cs' <- within 20 "the clients" (takeMVar cs) >>= either throwIO return
+            ss' <- within 20 "the acceptor" (takeMVar ss) >>= either throwIO return
+            kept <- keptOne
+            W.close l
+            accepted <- forM ss' $ \srv -> within 2 "a connection's number" (recvNumber srv)
+            -- The rest were never accepted by anyone: each client sees its
+            -- connection end (a reset: it had sent bytes nobody read).
+            forM_ (zip ids cs') $ \(i, c) -> unless (i `elem` accepted) $ do
+              r <- within 2 ("the end of connection " ++ show i) (try (W.recv c 10))
+              r `shouldSatisfy` either (const True) B.null . (id :: Either IOException B.ByteString -> Either IOException B.ByteString)
+            mapM_ W.close (cs' ++ ss')
+            if kept || k >= 14 then return kept else attempt (k + 1 :: Int)
+      attempt 0 `shouldReturn` True
+      eventually "every fd closed" ((<= fds0) <$> openFdCount)
+
+    it "close with an accept in flight: the acceptor gets EBADF, nothing stays on the ring" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      forM_ [1 .. 50 :: Int] $ \i -> do
+        l <- W.listen loopback
+        (_, res) <- forkResult (i `mod` 2) (W.accept l)
+        threadDelay 2000
+        ringStat E.statRingInflight >>= (`shouldSatisfy` (>= 1))
+        W.close l
+        r <- within 2 "the accept" (takeMVar res)
+        r `shouldSatisfy` isBadFd
+      ringStat E.statRingInflight `shouldReturn` 0
+
   where
+    loopback = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
+    -- A client that connects and sends its number and a newline.
+    numberedClient addr i = do
+      c <- W.connect addr
+      W.sendAll c (BC.pack (show (i :: Int) ++ "\n"))
+      spinMicros (i `mod` 41)
+      return c
+    recvNumber srv = go B.empty
+      where go acc = case BC.elemIndex '\n' acc of
+              Just j -> return (read (BC.unpack (B.take j acc)) :: Int)
+              Nothing -> W.recv srv 16 >>= \b ->
+                if B.null b then throwIO (userError "end of stream before a number") else go (acc <> b)
+    -- Accept n connections under timeouts of about a connect's length,
+    -- which cancel many of the accepts; after each cancelled one, stop if
+    -- stop says so.
+    racingAcceptor l stop n acc
+      | length acc >= n = return acc
+      | otherwise = do
+          r <- W.timeout (1 + length acc `mod` 37) (W.accept l)
+          case r of
+            Just (srv, _) -> racingAcceptor l stop n (srv : acc)
+            Nothing -> do
+              done <- stop
+              if done then return acc else racingAcceptor l stop n acc
     payload i = BC.pack (take 3000 (cycle (show (i :: Int) ++ ":")))
     recvAll sock n = go B.empty
       where go acc | B.length acc >= n = return acc

@@ -27,6 +27,7 @@ module Weft.Event.Internal
   , Outgoing (..)
   , RingResult (..)
   , Tracker (..)
+  , acceptAddressBytes
   , Inflight (..)
   , newTracker
   ) where
@@ -34,6 +35,7 @@ module Weft.Event.Internal
 import Control.Concurrent.MVar (MVar)
 import Data.ByteString (ByteString)
 import Data.IORef (IORef, newIORef)
+import Foreign.ForeignPtr (ForeignPtr)
 
 import Data.Bits ((.&.), (.|.))
 import Data.List (intercalate)
@@ -211,8 +213,10 @@ data RingStats = RingStats
     -- them exited, and that the ring submitted again (Note [Submitting
     -- threads] in "Weft.Event.Internal.Backend.Uring").
   , ringReceivesKept :: !Int
-    -- ^ Receives cancelled after they had received: their bytes were kept
-    -- for the socket's next receive (Note [Receives on the ring]).
+    -- ^ Receives (and accepts) cancelled after they had received (or
+    -- accepted): their bytes (or connections) were kept for the socket's
+    -- next receive (or accept) (Note [Receives on the ring], Note
+    -- [Accepts on the ring]).
   , ringReceivesNoBuffer :: !Int
     -- ^ Receives that found no free provided buffer and were submitted
     -- again.
@@ -220,17 +224,20 @@ data RingStats = RingStats
     -- ^ Receives the ring performed.
   , ringSends :: !Int
     -- ^ Sends the ring performed.
+  , ringAccepts :: !Int
+    -- ^ Connections the ring accepted.
   , ringInflight :: !Int
-    -- ^ Receives and sends on the ring now: submitted, and their
+    -- ^ Receives, sends and accepts on the ring now: submitted, and their
     -- completions not yet handled.
   }
 
 -- | A backend without a ring.
 noRingStats :: RingStats
-noRingStats = RingStats 0 0 0 0 0 0
+noRingStats = RingStats 0 0 0 0 0 0 0
 
--- | Receives and sends a backend performs itself (Note [Receives on the
--- ring] and Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
+-- | Receives, sends and accepts a backend performs itself (Note [Receives
+-- on the ring], Note [Sends on the ring] and Note [Accepts on the ring] in
+-- "Weft.Event.Internal.Backend.Uring.Requests").
 --
 -- Each takes, first, how to submit only while the socket is open:
 -- @whileOpen act@ runs @act@ and returns its result unless the socket is
@@ -253,7 +260,23 @@ data Completions = Completions
     -- kept alive until the request completes, even if an asynchronous
     -- exception interrupts the wait (which cancels the request). With a
     -- send in flight already it returns 'RingBusy'.
+  , complAccept :: !((IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd))
+    -- ^ @complAccept whileOpen wake fd address tracker@ accepts a
+    -- connection on the listener @fd@, blocking until one comes: the new
+    -- fd (non-blocking, close-on-exec), its peer's address written at
+    -- @address@ ('acceptAddressBytes' bytes: a @sockaddr_storage@, then
+    -- its length as a @socklen_t@). The buffer is kept alive until the
+    -- request completes. Interrupted by an asynchronous exception, it
+    -- cancels the request; a connection accepted anyway goes, with its
+    -- address buffer, to the tracker's accepted connections. Uses the
+    -- tracker's receiving slot: with a receive or accept in flight
+    -- already it returns 'RingBusy'.
   }
+
+-- | Bytes of an accept's address buffer: a @sockaddr_storage@ (128 bytes),
+-- then the address's length (a @socklen_t@).
+acceptAddressBytes :: Int
+acceptAddressBytes = 136
 
 -- | Bytes for a send on a ring.
 data Outgoing
@@ -278,6 +301,9 @@ data Tracker = Tracker
   { trkReceiving :: !(IORef (Maybe Inflight))
   , trkSending :: !(IORef (Maybe Inflight))
   , trkLeftover :: !(IORef [ByteString])
+  , trkAccepted :: !(IORef [(Fd, ForeignPtr ())])
+    -- ^ Connections accepted by accepts cancelled meanwhile, with their
+    -- address buffers, in arrival order.
   , trkProgress :: !(Int -> IO ())
     -- ^ Note bytes received, for idle timeouts.
   , trkSent :: !(Int -> IO ())
@@ -296,4 +322,5 @@ data Inflight = Inflight
 -- bytes received and bytes sent.
 newTracker :: (Int -> IO ()) -> (Int -> IO ()) -> IO Tracker
 newTracker received sent =
-  Tracker <$> newIORef Nothing <*> newIORef Nothing <*> newIORef [] <*> pure received <*> pure sent
+  Tracker <$> newIORef Nothing <*> newIORef Nothing <*> newIORef [] <*> newIORef []
+          <*> pure received <*> pure sent

@@ -32,7 +32,8 @@ data ManagerStats = ManagerStats
   , statReceivesNoBuffer  :: !Int -- ^ ring receives that found no free buffer and were submitted again (uring)
   , statRingReceives      :: !Int -- ^ receives the ring performed (uring; "Weft.Net" sockets)
   , statRingSends         :: !Int -- ^ sends the ring performed (uring; "Weft.Net" sockets)
-  , statRingInflight      :: !Int -- ^ receives and sends on the ring now, their completions not yet handled (uring)
+  , statRingAccepts       :: !Int -- ^ connections the ring accepted (uring; "Weft.Net" listeners)
+  , statRingInflight      :: !Int -- ^ receives, sends and accepts on the ring now, their completions not yet handled (uring)
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -46,4 +47,4 @@ getManagerStats mgr = do
                <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
                <*> pure (ringResubmits ring) <*> pure (ringReceivesKept ring)
                <*> pure (ringReceivesNoBuffer ring) <*> pure (ringReceives ring)
-               <*> pure (ringSends ring) <*> pure (ringInflight ring)
+               <*> pure (ringSends ring) <*> pure (ringAccepts ring) <*> pure (ringInflight ring)

@@ -17,7 +17,7 @@ import Data.Int (Int64)
 import Data.Word (Word8)
 import Foreign.C.Error
 import Foreign.C.Types
-import Foreign.ForeignPtr (touchForeignPtr, withForeignPtr)
+import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, touchForeignPtr, withForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (with)
@@ -32,7 +32,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
-import Weft.Event.Internal (Outgoing (..))
+import Weft.Event.Internal (Outgoing (..), acceptAddressBytes)
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket hiding (recvBuf)
 import qualified Weft.Net.Internal.Socket as S
@@ -105,16 +105,44 @@ addressSpace = 128
 -- | Accept a connection: a new socket and the peer's address. Blocks (in
 -- weft) until one comes. Throws an 'IOError' on failure, e.g. @EMFILE@ when
 -- the process is out of fds ('acceptLoop' rides that out).
+--
+-- A connection that an accept interrupted by an asynchronous exception
+-- had accepted anyway (under the uring backend) is returned first (Note
+-- [Accepts on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
 accept :: Socket -> IO (Socket, SockAddr)
-accept s = allocaBytes addressSpace $ \p -> with (fromIntegral addressSpace) $ \lenp -> do
-  let loop = do
-        r <- acceptRaw s p lenp
-        if r >= 0 then return r else retryOrThrow "accept" Reading s r loop
-  fd <- loop
-  (`onException` c_close (fromIntegral fd)) $ do
-    peer <- peekSocketAddress (castPtr p)
-    conn <- newSocket (fromIntegral fd)
-    return (conn, peer)
+accept s = do
+  kept <- takeAccepted s
+  case kept of
+    Just c -> adopt c
+    Nothing -> loop
+  where
+    loop = do
+      (r, address) <- acceptOnce s
+      if r >= 0 then adopt (fromIntegral r, address)
+        else if r == negate (errnoLong eAGAIN) then do
+          ring <- acceptOnRing s address
+          case ring of
+            Just fd -> adopt (fd, address)
+            Nothing -> waitReady Reading s >> loop
+        else retryOrThrow "accept" Reading s r loop
+
+-- | One @accept4@ on the listener, into a fresh address buffer
+-- ('acceptAddressBytes'): the fd or @-errno@, and the buffer.
+acceptOnce :: Socket -> IO (CLong, ForeignPtr ())
+acceptOnce s = do
+  address <- mallocForeignPtrBytes acceptAddressBytes
+  r <- withForeignPtr address $ \p -> do
+    pokeByteOff p addressSpace (fromIntegral addressSpace :: CInt)
+    acceptRaw s p (p `plusPtr` addressSpace)
+  return (r, address)
+
+-- | The socket for an accepted fd, and the peer's address in its buffer.
+-- Closes the fd if that fails.
+adopt :: (CInt, ForeignPtr ()) -> IO (Socket, SockAddr)
+adopt (fd, address) = (`onException` c_close fd) $ do
+  peer <- withForeignPtr address (peekSocketAddress . castPtr)
+  conn <- newSocket fd
+  return (conn, peer)
 
 -- | Connect a new TCP socket to the address, waiting (in weft) for the
 -- handshake. Throws an 'IOError' if it fails (e.g. @ECONNREFUSED@).
@@ -363,20 +391,18 @@ maxIov = 1024
 -- while queued (the caller may simply try again), @EBADF@ on a closed
 -- listener.
 tryAccept :: Socket -> IO (Maybe (Socket, SockAddr))
-tryAccept s = allocaBytes addressSpace $ \p -> with (fromIntegral addressSpace) $ \lenp -> do
-  let loop = do
-        r <- acceptRaw s p lenp
-        if r >= 0 then return (Just r)
-          else if r == negate (errnoLong eAGAIN) then return Nothing
-          else if r == negate (errnoLong eINTR) then loop
-          else socketError "accept" s r
-  accepted <- loop
-  case accepted of
-    Nothing -> return Nothing
-    Just fd -> (`onException` c_close (fromIntegral fd)) $ do
-      peer <- peekSocketAddress (castPtr p)
-      conn <- newSocket (fromIntegral fd)
-      return (Just (conn, peer))
+tryAccept s = do
+  kept <- takeAccepted s
+  case kept of
+    Just c -> Just <$> adopt c
+    Nothing -> loop
+  where
+    loop = do
+      (r, address) <- acceptOnce s
+      if r >= 0 then Just <$> adopt (fromIntegral r, address)
+        else if r == negate (errnoLong eAGAIN) then return Nothing
+        else if r == negate (errnoLong eINTR) then loop
+        else socketError "accept" s r
 
 -- | Receive at most the given number of bytes (which must be positive)
 -- without waiting: 'Nothing' if none are there (@EAGAIN@), an empty string

@@ -47,6 +47,8 @@ module Weft.Net.Internal.Socket
   , takeLeftover
   , receiveOnRing
   , sendOnRing
+  , takeAccepted
+  , acceptOnRing
   , settleSend
     -- * Waiting, errors
   , waitReady
@@ -93,6 +95,7 @@ import qualified Data.ByteString as B
 
 import Weft.Event.Internal (Completions (..), Inflight (..), Outgoing (..), RingResult (..),
                             Tracker (..), backendCompletions, evtRead, evtWrite, newTracker)
+import Foreign.ForeignPtr (ForeignPtr)
 import Weft.Event.Internal.Core
 import Weft.Event.Internal.Manager (managerBlocked, mgrBackend)
 import Weft.Event.Internal.System (getSystemManager, systemManagers)
@@ -228,6 +231,39 @@ receiveOnRing s n = do
     Just c -> do
       r <- complRecv c (whileOpen s) (wakeManager mgr) (socketFd s) n (sockTracker s)
       ringResult "recv" s r
+
+-- | A connection that a listener's accept on a ring, cancelled by an
+-- asynchronous exception, accepted anyway: its fd and address buffer
+-- (Note [Accepts on the ring] in
+-- "Weft.Event.Internal.Backend.Uring.Requests"), to be returned before
+-- anything newer. Waits first for such an accept still in flight. Cheap
+-- when there is none: two reads.
+takeAccepted :: Socket -> IO (Maybe (CInt, ForeignPtr ()))
+takeAccepted s = do
+  let trk = sockTracker s
+  inflight <- readIORef (trkReceiving trk)
+  forM_ inflight (readMVar . inflResolved)
+  kept <- readIORef (trkAccepted trk)
+  if null kept then return Nothing else
+    atomicModifyIORef' (trkAccepted trk) $ \l -> case l of
+      [] -> ([], Nothing)
+      (Fd fd, address) : rest -> (rest, Just (fd, address))
+
+-- | Accept a connection through the ring of the caller's manager, if its
+-- backend performs accepts, blocking until one comes: its fd, the peer's
+-- address written in the buffer ('acceptAddressBytes'). 'Nothing' if the
+-- backend does not, or another thread's accept is on the ring: wait for
+-- readiness instead. Call after the listener's own @accept4@ said
+-- @EAGAIN@ (Note [Accepts on the ring]). Throws as @accept4@ would, and
+-- @EBADF@ if the listener is closed meanwhile.
+acceptOnRing :: Socket -> ForeignPtr () -> IO (Maybe CInt)
+acceptOnRing s address = do
+  mgr <- getSystemManager
+  case backendCompletions (mgrBackend mgr) of
+    Nothing -> return Nothing
+    Just c -> do
+      r <- complAccept c (whileOpen s) (wakeManager mgr) (socketFd s) address (sockTracker s)
+      fmap (\(Fd fd) -> fd) <$> ringResult "accept" s r
 
 -- | Run an action as a guarded syscall runs (counted in the guard's use
 -- word, which a close waits to drain): 'Nothing', without running it, if
@@ -455,7 +491,8 @@ close s = do
 -- | Stop weft from using the socket, as 'close' does, but return the fd
 -- open instead of closing it ('Nothing' if it was closed already). The
 -- caller owns it. (It marks the socket closed, ends its watch and idle
--- timer, and waits for the syscalls in flight.)
+-- timer, waits for the syscalls and ring requests in flight, and closes
+-- the connections a listener's cancelled accepts kept.)
 detach :: Socket -> IO (Maybe CInt)
 detach s = do
   open <- stopUsing s True
@@ -479,6 +516,10 @@ stopUsing s unwatch = uninterruptibleMask_ $ do
     forM_ [trkReceiving, trkSending] $ \slot -> do
       inflight <- readIORef (slot (sockTracker s))
       forM_ inflight $ \i -> inflClose i >> readMVar (inflResolved i)
+    -- Connections a listener's cancelled accepts kept: nobody can accept
+    -- them now (Note [Accepts on the ring]).
+    kept <- atomicModifyIORef' (trkAccepted (sockTracker s)) (\l -> ([], l))
+    forM_ kept $ \(Fd fd, _) -> c_close fd
   return first
   where
     g = sockGuard s

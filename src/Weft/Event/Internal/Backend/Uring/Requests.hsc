@@ -1,7 +1,7 @@
 {-# LANGUAGE CApiFFI, BangPatterns #-}
--- | The io_uring backend's completion requests: "Weft.Net"'s receives and
--- sends performed by the ring ('Completions'), their ids, states,
--- cancellation and leftovers. The readiness side (poll requests, the
+-- | The io_uring backend's completion requests: "Weft.Net"'s receives,
+-- sends and accepts performed by the ring ('Completions'), their ids,
+-- states, cancellation and leftovers. The readiness side (poll requests, the
 -- dispatcher's reap) is "Weft.Event.Internal.Backend.Uring"; the C side of
 -- both is @cbits/weft_uring.c@.
 -- Internal and unstable: weft's own modules and tests use it.
@@ -68,6 +68,27 @@
 -- less CPU per request than a @recv@ tried first, and cut p99 latency by
 -- half; sending first on the ring cost the same CPU as sending directly
 -- but 12% more echo round-trip time at one connection, hence the rule.
+--
+-- Note [Accepts on the ring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A "Weft.Net" accept tries the listener's own @accept4@ first: a busy
+-- listener has connections queued, and one call takes one at once. When
+-- it says @EAGAIN@ the accept goes to the ring ('complAccept'), whose
+-- request completes with the next connection's fd (and its peer's address,
+-- in a buffer the request holds): no readiness report and no second
+-- @accept4@. An accept occupies the listener's receiving slot, is
+-- cancelled, resubmitted and closed as a receive is, and a connection that
+-- a cancelled accept accepted anyway is kept, with its address, for the
+-- listener's next accept, as a cancelled receive's bytes are: nothing
+-- accepted is lost. Closing the listener closes the connections so kept
+-- (nobody can accept them any more; the kernel resets the ones still
+-- queued the same way).
+--
+-- A multishot accept (one request, a completion per connection) is not
+-- used: its connections come whether or not anyone accepts them, so they
+-- would need a queue of their own, beside the kernel's backlog, and a
+-- bound on it; and a listener busy enough to gain from it has connections
+-- queued, which the first @accept4@ takes without the ring.
 module Weft.Event.Internal.Backend.Uring.Requests
   ( Ring
   , Table
@@ -122,7 +143,7 @@ newTable ring = do
 
 -- | The requests the ring performs.
 tableCompletions :: Table -> Completions
-tableCompletions t = Completions (recvOnRing t) (sendOnRing t)
+tableCompletions t = Completions (recvOnRing t) (sendOnRing t) (acceptOnRing t)
 
 -- | The requests' counts, given the poll requests' resubmissions.
 tableStats :: Maybe Table -> Int -> IO RingStats
@@ -130,7 +151,7 @@ tableStats Nothing polls = return noRingStats { ringResubmits = polls }
 tableStats (Just t) polls = do
   let r = readCounter (tblCounts t)
   RingStats <$> ((+ polls) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
-            <*> r cReceives <*> r cSends <*> r cInflight
+            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cInflight
 
 -- | Provided buffers per ring (a power of two; 256 unless a test changed
 -- it), of 'receiveBufferBytes' each: 4 MiB per ring.
@@ -164,9 +185,9 @@ data FdReqs = FdReqs
   }
 
 -- Counters in 'tblCounts'.
-cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cInflight, nCounts :: Int
-cNext = 0; cResubmits = 1; cKept = 2; cNoBuffer = 3; cReceives = 4; cSends = 5; cInflight = 6
-nCounts = 7
+cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cInflight, nCounts :: Int
+cNext = 0; cResubmits = 1; cKept = 2; cNoBuffer = 3; cReceives = 4; cSends = 5; cAccepts = 6
+cInflight = 7; nCounts = 8
 
 data Req = Req
   { reqId :: {-# UNPACK #-} !Int
@@ -185,11 +206,13 @@ data Req = Req
 -- until the completion.
 data Op
   = OpRecv !Int
+  | OpAccept !(ForeignPtr ())
+    -- ^ The address buffer ('acceptAddressBytes').
   | OpSend !Bool !Outgoing !(Maybe (ForeignPtr ()))
     -- ^ Poll first (the socket had no room), the bytes, a gather send's
     -- header.
 
-data Outcome = Got !B.ByteString | Sent !Int | Failed !Errno | Closed | Busy
+data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Failed !Errno | Closed | Busy
 
 data ReqState = Waiting | Delivered | Cancelled | Closing
 
@@ -198,6 +221,15 @@ recvOnRing t whileOpen wake fd n trk = do
   out <- onRing t whileOpen wake fd (OpRecv (min n (fromIntegral receiveBufferBytes))) trk
   return $ case out of
     Got bs -> RingDone bs
+    Failed e -> RingFailed e
+    Busy -> RingBusy
+    _ -> RingClosed
+
+acceptOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd)
+acceptOnRing t whileOpen wake fd address trk = do
+  out <- onRing t whileOpen wake fd (OpAccept address) trk
+  return $ case out of
+    Conn c -> RingDone c
     Failed e -> RingFailed e
     Busy -> RingBusy
     _ -> RingClosed
@@ -241,8 +273,8 @@ onRing t whileOpen wake fd op trk = mask $ \restore -> do
   -- requests of its kind.
   k <- addCounter (tblCounts t) cNext 1
   let (i, cellOf) = case op of
-        OpRecv _ -> (k .&. 0x1fffffff, frRecv)
         OpSend {} -> ((k .&. 0x1fffffff) .|. sendBit, frSend)
+        _ -> (k .&. 0x1fffffff, frRecv)
   cell <- cellOf <$> FT.lookupOrCreate (tblReqs t) (fromIntegral fd)
   let req = Req i fd op st done resolved trk cell
       inflight = Inflight (() <$ cancelFor Closing req) resolved
@@ -267,11 +299,7 @@ onRing t whileOpen wake fd op trk = mask $ \restore -> do
         -- Delivered already: the outcome is in the cell, or about to be.
         when (not owned) $ do
           out <- uninterruptibleMask_ (readMVar done)
-          case out of
-            Got bs | not (B.null bs) -> do
-              atomicModifyIORef' (trkLeftover trk) (\l -> (bs : l, ()))
-              count t cKept
-            _ -> return ()
+          keep t req True out
   where
     claim :: IORef (Maybe a) -> a -> IO Bool
     claim ref a = atomicModifyIORef' ref $ \cur -> case cur of
@@ -292,8 +320,8 @@ sendBit = 0x20000000
 -- | The tracker's slot a request occupies.
 slotOf :: Req -> IORef (Maybe Inflight)
 slotOf req = case reqOp req of
-  OpRecv _ -> trkReceiving (reqTracker req)
   OpSend {} -> trkSending (reqTracker req)
+  _ -> trkReceiving (reqTracker req)
 
 submit :: Table -> Req -> IO ()
 submit t req = do
@@ -302,6 +330,11 @@ submit t req = do
       ud = fromIntegral (reqId req)
   r <- case reqOp req of
     OpRecv n -> c_recv ring fd ud (fromIntegral n)
+    OpAccept address -> withForeignPtr address $ \p -> do
+      -- The kernel writes the address's length over it: reset on every
+      -- submission (a resubmission too).
+      pokeByteOff p 128 (128 :: Word32)
+      c_accept ring fd ud p (p `plusPtr` 128)
     OpSend full (OutBytes (BI.PS fp off len)) _ ->
       c_send ring fd ud (unsafeForeignPtrToPtr fp `plusPtr` off) (fromIntegral len) 0 (flag full)
     OpSend full (OutGather more _) (Just header) ->
@@ -331,6 +364,7 @@ completed t fd i res flags = do
         out <- if res < 0 then return (Failed (Errno (fromIntegral (negate res)))) else
           case reqOp req of
             OpSend {} -> return (Sent res)
+            OpAccept _ -> return (Conn (Fd (fromIntegral res)))
             OpRecv _ -> Got <$> copyOut res
         complete t req out
   where
@@ -360,19 +394,31 @@ complete t req out = do
     Sent k | k > 0 -> do
       trkSent (reqTracker req) k
       count t cSends
+    Conn _ -> count t cAccepts
     _ -> return ()
   st <- atomicModifyIORef' (reqState req) $ \s -> case s of
     Waiting -> (Delivered, s)
     _ -> (s, s)
   case st of
-    Cancelled -> case out of
-      Got bs | not (B.null bs) -> do
-        atomicModifyIORef' (trkLeftover (reqTracker req)) (\l -> (l ++ [bs], ()))
-        count t cKept
-      _ -> return ()
+    Cancelled -> keep t req False out
     Closing -> putMVar (reqDone req) (case out of Failed _ -> Closed; _ -> out)
     _ -> putMVar (reqDone req) out
   resolve t req
+
+-- | Keep what a request whose waiter is gone received (or accepted) for
+-- the socket's next receive (or accept): first, if the waiter was
+-- interrupted after its outcome came (nothing newer can have come since);
+-- last, if the request completed after its waiter left.
+keep :: Table -> Req -> Bool -> Outcome -> IO ()
+keep t req first out = case (out, reqOp req) of
+  (Got bs, _) | not (B.null bs) -> add (trkLeftover trk) bs
+  (Conn fd, OpAccept address) -> add (trkAccepted trk) (fd, address)
+  _ -> return ()
+  where
+    trk = reqTracker req
+    add ref x = do
+      atomicModifyIORef' ref (\l -> (if first then x : l else l ++ [x], ()))
+      count t cKept
 
 -- | Forget a request whose completion was handled, then tell a close
 -- waiting for it.
@@ -416,6 +462,8 @@ foreign import ccall unsafe "weft_uring_send"
   c_send :: Ptr Ring -> Fd -> Word64 -> Ptr Word8 -> CUInt -> CInt -> CInt -> IO CInt
 foreign import ccall unsafe "weft_uring_sendmsg"
   c_sendmsg :: Ptr Ring -> Fd -> Word64 -> Ptr () -> CInt -> CInt -> IO CInt
+foreign import ccall unsafe "weft_uring_accept"
+  c_accept :: Ptr Ring -> Fd -> Word64 -> Ptr () -> Ptr Word32 -> IO CInt
 foreign import ccall unsafe "weft_uring_cancel"
   c_cancel :: Ptr Ring -> Fd -> Word64 -> IO CInt
 foreign import ccall unsafe "weft_uring_buffer"
