@@ -435,15 +435,20 @@ pongBench st = do
         [ ("pong-weft", "0", \p -> [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
         , ("pong-weft-uring", "0", \p -> onUring [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
         , ("pong-ghc", "0", \p -> [bin </> "weft-pong", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"]) ]
-  putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core"
+  putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core;"
+  putStrLn "  and a new connection for every request (Connection: close), which makes accept the hot path"
   withServers servers $ \srvs -> withNginx (NginxSite "nginx" "0" 1 pongLocation) $ \ngx -> do
     let groups = [ "c=" ++ show c | c <- concs ]
-        cells = [ Cell ("c=" ++ show c) a (wrkSample wrkRun srv c "/") | c <- concs, (a, srv) <- zip arms (srvs ++ [ngx]) ]
+        reconnecting = "c=64 new connection per request"
+        armServers = zip arms (srvs ++ [ngx])
+        cells = [ Cell ("c=" ++ show c) a (wrkSample wrkRun srv c "/") | c <- concs, (a, srv) <- armServers ]
+             ++ [ Cell reconnecting a (wrkSampleReconnecting wrkRun 1 srv 64 "/") | (a, srv) <- armServers ]
     res <- interleave "pong" (setReps st) cells
     t <- report "pong" groups arms False res
+    t' <- report "pong-reconnect" [reconnecting] arms False res
     plot "pong" (linePlot "pong" "pong" "HTTP pong under wrk, one server core: requests/s (median)"
                   "wrk connections" "requests/s" (map (drop 2) groups) arms 0 False)
-    return t
+    return (t ++ "\n" ++ t')
 
 -- | How to drive a server with wrk: the settings and the report script.
 data WrkRun = WrkRun !Settings !FilePath
