@@ -119,7 +119,10 @@ reportStats = do
     [ "weft-stats", "spins=" ++ show (total E.statSpins), "spin_hits=" ++ show (total E.statSpinHits)
     , "spin_ns=" ++ show (total E.statSpinNanos), "blocking_polls=" ++ show (total E.statBlockingPolls)
     , "polls=" ++ show (total E.statNonBlockingPolls), "events=" ++ show (total E.statEvents)
-    , "wakeups=" ++ show (total E.statWakeups) ]
+    , "wakeups=" ++ show (total E.statWakeups)
+    , "ring_receives=" ++ show (total E.statRingReceives), "ring_sends=" ++ show (total E.statRingSends)
+    , "ring_accepts=" ++ show (total E.statRingAccepts), "no_buffer=" ++ show (total E.statReceivesNoBuffer)
+    , "resubmits=" ++ show (total E.statResubmits), "kept=" ++ show (total E.statReceivesKept) ]
 
 -- | The baseline: @network@'s calls, which wait in GHC's manager.
 serveGhc :: SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
