@@ -378,14 +378,15 @@ char *weft_uring_buffer(struct weft_uring *u, unsigned bid)
     return u->bufs + (size_t) bid * u->bufsize;
 }
 
-/* Give buffer bid back to the kernel. */
+/* Give buffer bid back to the kernel. Only the dispatcher calls this, one
+ * poll at a time (it hands out the completions that carry buffers), and the
+ * buffer ring is shared with the kernel alone, not with the submission
+ * queue: no lock. */
 void weft_uring_recycle(struct weft_uring *u, unsigned bid)
 {
-    pthread_mutex_lock(&u->lock);
     io_uring_buf_ring_add(u->bufring, weft_uring_buffer(u, bid), u->bufsize, bid,
                           io_uring_buf_ring_mask(u->nbufs), 0);
     io_uring_buf_ring_advance(u->bufring, 1);
-    pthread_mutex_unlock(&u->lock);
 }
 
 /* Handle the completions in the queue, at most max of them delivered.

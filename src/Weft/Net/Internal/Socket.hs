@@ -269,12 +269,17 @@ acceptOnRing s address = do
 -- word, which a close waits to drain): 'Nothing', without running it, if
 -- the socket is closed. For submissions to a ring, which must never name
 -- an fd that a close has given up (Note [Socket close and fd reuse]).
+-- The action must not throw, and runs with asynchronous exceptions masked
+-- (a ring's submission is atomic updates and unsafe calls): a close would
+-- wait for ever for a guard it left behind.
 whileOpen :: Socket -> IO a -> IO (Maybe a)
 whileOpen s act = do
   let g = sockGuard s
   prev <- addCounter g gUse 2
-  if odd prev then Nothing <$ addCounter g gUse (-2) else
-    (Just <$> act) `finally` addCounter g gUse (-2)
+  if odd prev then Nothing <$ addCounter g gUse (-2) else do
+    a <- act
+    _ <- addCounter g gUse (-2)
+    return (Just a)
 
 -- | Wait until the socket's send on a ring, if one is in flight (its
 -- sender was interrupted), is resolved, so that bytes leave in order

@@ -102,7 +102,7 @@ module Weft.Event.Internal.Backend.Uring.Requests
 
 import Control.Exception (mask, onException, uninterruptibleMask_)
 import Control.Concurrent.MVar
-import Control.Monad (forM_, join, when)
+import Control.Monad (forM_, when)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.Bits (shiftR, (.&.), (.|.))
@@ -138,9 +138,10 @@ newTable ring = do
   nbufs <- readIORef receiveBuffers
   ok <- (== 0) <$> c_setup_buffers ring (fromIntegral nbufs) receiveBufferBytes
   if not ok then return Nothing else do
-    rec let t = Table ring reqs counts
+    rec let t = Table ring reqs counts wake
         reqs <- FT.new (newFdReqs t . fromIntegral)
         counts <- newCounters nCounts
+        wake <- newIORef Nothing
     return (Just t)
 
 -- | The requests the ring performs.
@@ -175,6 +176,9 @@ data Table = Table
   , tblCounts :: !Counters
     -- ^ The next id, and the receives' and sends' counts (the poll
     -- requests' resubmissions are the C side's).
+  , tblWake :: !(IORef (Maybe (IO ())))
+    -- ^ Wakes the ring's dispatcher: its manager's wake, as the first
+    -- request brought it (every request on a ring comes from its manager).
   }
 
 -- | An fd's receive (or accept) and its send, on this ring: one of each is
@@ -214,13 +218,11 @@ cInflight = 7; nCounts = 8
 -- on) comes before that, with the outcome.
 data Req = Req
   { reqWords :: !Counters
-    -- ^ 'rwUsed', 'rwId', 'rwState'.
+    -- ^ 'rwUsed', 'rwId', 'rwState', 'rwLength'.
   , reqFd :: !Fd
   , reqIsSend :: !Bool
   , reqOp :: !(IORef Op)
   , reqTracker :: !(IORef Tracker)
-  , reqWake :: !(IORef (IO ()))
-    -- ^ Wakes the ring's dispatcher.
   , reqDone :: !(MVar Outcome)
   , reqResolved :: !(MVar ())
   , reqInflight :: !(Maybe Inflight)
@@ -228,8 +230,9 @@ data Req = Req
   }
 
 -- Words of a request.
-rwUsed, rwId, rwState :: Int
-rwUsed = 0; rwId = 1; rwState = 2
+rwUsed, rwId, rwState, rwLength :: Int
+rwUsed = 0; rwId = 1; rwState = 2; rwLength = 3
+  -- ^ A receive's most bytes.
 
 -- Its states.
 sWaiting, sDelivered, sCancelled, sClosing, sResolved :: Int
@@ -239,14 +242,13 @@ newFdReqs :: Table -> Fd -> IO FdReqs
 newFdReqs t fd = FdReqs <$> newReq False <*> newReq True
   where
     newReq send = do
-      w <- newCounters 3
+      w <- newCounters 4
       writeCounter w rwState sResolved
       op <- newIORef OpNone
       trk <- newIORef =<< newTracker (\_ -> return ()) (\_ -> return ())
-      wake <- newIORef (return ())
       done <- newEmptyMVar
       resolved <- newMVar ()
-      let req = Req w fd send op trk wake done resolved (Just inflight)
+      let req = Req w fd send op trk done resolved (Just inflight)
           inflight = Inflight (() <$ cancelFor t req sClosing) resolved
       return req
 
@@ -255,7 +257,9 @@ newFdReqs t fd = FdReqs <$> newReq False <*> newReq True
 -- until the completion.
 data Op
   = OpNone
-  | OpRecv !Int
+  | OpRecv
+    -- ^ Its most bytes are in the request's words, so that a receive,
+    -- which waits longest, allocates nothing the request holds.
   | OpAccept !(ForeignPtr ())
     -- ^ The address buffer ('acceptAddressBytes').
   | OpSend !Bool !Outgoing !(Maybe (ForeignPtr ()))
@@ -266,7 +270,7 @@ data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Failed !Errno | Closed
 
 recvOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
 recvOnRing t whileOpen wake fd n trk = do
-  out <- onRing t whileOpen wake fd (OpRecv (min n (fromIntegral receiveBufferBytes))) trk
+  out <- onRing t whileOpen wake fd (min n (fromIntegral receiveBufferBytes)) OpRecv trk
   return $ case out of
     Got bs -> RingDone bs
     Failed e -> RingFailed e
@@ -275,7 +279,7 @@ recvOnRing t whileOpen wake fd n trk = do
 
 acceptOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd)
 acceptOnRing t whileOpen wake fd address trk = do
-  out <- onRing t whileOpen wake fd (OpAccept address) trk
+  out <- onRing t whileOpen wake fd 0 (OpAccept address) trk
   return $ case out of
     Conn c -> RingDone c
     Failed e -> RingFailed e
@@ -287,7 +291,7 @@ sendOnRing t whileOpen wake fd full o trk = do
   header <- case o of
     OutBytes _ -> return Nothing
     OutGather _ bss -> Just <$> messageHeader bss
-  out <- onRing t whileOpen wake fd (OpSend full o header) trk
+  out <- onRing t whileOpen wake fd 0 (OpSend full o header) trk
   return $ case out of
     Sent k -> RingDone k
     Failed e -> RingFailed e
@@ -312,8 +316,12 @@ messageHeader bss = do
 
 -- | Submit a request and wait for its outcome (Note [Receives on the
 -- ring], Note [Sends on the ring], Note [Reused requests]).
-onRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Op -> Tracker -> IO Outcome
-onRing t whileOpen wake fd op trk = mask $ \restore -> do
+onRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Op -> Tracker -> IO Outcome
+onRing t whileOpen wake fd len op trk = mask $ \restore -> do
+  known <- readIORef (tblWake t)
+  case known of
+    Nothing -> writeIORef (tblWake t) (Just wake)
+    Just _ -> return ()
   frs <- FT.lookupOrCreate (tblReqs t) (fromIntegral fd)
   let (req, slot) = case op of
         OpSend {} -> (frSend frs, trkSending trk)
@@ -331,9 +339,9 @@ onRing t whileOpen wake fd op trk = mask $ \restore -> do
         k <- addCounter (tblCounts t) cNext 1
         writeCounter w rwId ((k .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
         writeCounter w rwState sWaiting
+        writeCounter w rwLength len
         writeIORef (reqOp req) op
         writeIORef (reqTracker req) trk
-        writeIORef (reqWake req) wake
         _ <- tryTakeMVar (reqResolved req)
         _ <- addCounter (tblCounts t) cInflight 1
         submit t req
@@ -373,7 +381,7 @@ cancelFor t req to = do
   when was $ do
     i <- readCounter w rwId
     _ <- c_cancel (tblRing t) (reqFd req) (fromIntegral i)
-    join (readIORef (reqWake req))
+    readIORef (tblWake t) >>= sequence_
   return was
 
 -- | Marks a send's id (as the C side's @ID_SEND@).
@@ -388,7 +396,7 @@ submit t req = do
   op <- readIORef (reqOp req)
   r <- case op of
     OpNone -> return (negate (errnoCInt eINVAL))
-    OpRecv n -> c_recv ring fd ud (fromIntegral n)
+    OpRecv -> c_recv ring fd ud . fromIntegral =<< readCounter (reqWords req) rwLength
     OpAccept address -> withForeignPtr address $ \p -> do
       -- The kernel writes the address's length over it: reset on every
       -- submission (a resubmission too).
@@ -413,7 +421,7 @@ completed t fd i res flags = do
     st <- readCounter w rwState
     when (cur == i && st /= sResolved) $ do
       op <- readIORef (reqOp req)
-      let noBuffer = res == negate (errnoInt eNOBUFS) && case op of OpRecv _ -> True; _ -> False
+      let noBuffer = res == negate (errnoInt eNOBUFS) && case op of OpRecv -> True; _ -> False
       if res == negate (errnoInt eCANCELED) || noBuffer
         then if st == sWaiting
           -- Not cancelled by weft: the submitting thread exited; or no
@@ -425,7 +433,7 @@ completed t fd i res flags = do
         else do
           out <- if res < 0 then return (Failed (Errno (fromIntegral (negate res)))) else
             case op of
-              OpRecv _ -> Got <$> copyOut res
+              OpRecv -> Got <$> copyOut res
               OpAccept _ -> return (Conn (Fd (fromIntegral res)))
               _ -> return (Sent res)
           complete t req out
