@@ -46,7 +46,7 @@ main = do
         , ""
         , "  simple  SimpleServer: weft, GHC's manager, C; concurrency 1/16/64/400; -N1 and -N2"
         , "  echo    one-connection ping-pong latency: GHC non-threaded, GHC threaded, weft, C"
-        , "  pong    HTTP keep-alive pong under wrk, and a new connection per request: weft, GHC's manager, nginx"
+        , "  pong    HTTP keep-alive pong under wrk (-N1, -N2), and a new connection per request: weft, GHC's manager, nginx"
         , "  idle    64 active connections beside 0..20k idle ones: weft, GHC's manager"
         , "  spin    the dispatcher's spin policy: adaptive vs fixed 50 us vs none vs GHC's manager, on"
         , "          simple (c=1..400), pong (c=16..400), -N1 and -N2, echo and wait; counters; an idle check"

@@ -422,8 +422,10 @@ echoBench st = do
 ------------------------------------------------------------------------------
 -- pong
 
--- | HTTP keep-alive pong under wrk: weft-pong on weft and on GHC's
--- manager, and nginx, each on one core.
+-- | HTTP keep-alive pong under wrk: weft-pong on weft (epoll and uring)
+-- and on GHC's manager, and nginx: on one core at 16, 64 and 400
+-- connections, on two at 400, and on one with a new connection for every
+-- request (accept on the hot path).
 pongBench :: Settings -> IO String
 pongBench st = do
   _ <- raiseFdLimit
@@ -431,21 +433,28 @@ pongBench st = do
   wrkRun <- newWrkRun st
   let arms = ["weft", "weft-uring", "ghc", "nginx"]
       concs = [16, 64, 400] :: [Int]
-      servers =
-        [ ("pong-weft", "0", \p -> [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
-        , ("pong-weft-uring", "0", \p -> onUring [bin </> "weft-pong", show p, "--manager", "weft", "+RTS", "-N1", "-RTS"])
-        , ("pong-ghc", "0", \p -> [bin </> "weft-pong", show p, "--manager", "ghc", "+RTS", "-N1", "-RTS"]) ]
-  putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread), servers on one core;"
-  putStrLn "  and a new connection for every request (Connection: close), which makes accept the hot path"
-  withServers servers $ \srvs -> withNginx (NginxSite "nginx" "0" 1 pongLocation) $ \ngx -> do
-    let groups = [ "c=" ++ show c | c <- concs ]
+      pong n label wrap manager =
+        ( "pong-" ++ label ++ (if n == 1 then "" else "-N" ++ show n), serverCores n
+        , \p -> wrap [bin </> "weft-pong", show p, "--manager", manager, "+RTS", "-N" ++ show n, "-RTS"] )
+      servers n = [pong n "weft" id "weft", pong n "weft-uring" onUring "weft", pong n "ghc" id "ghc"]
+  putStrLn "weft-bench pong: HTTP/1.1 keep-alive pong under wrk (1 thread): servers on one core at 16, 64"
+  putStrLn "  and 400 connections and on two at 400; and a new connection for every request (Connection: close),"
+  putStrLn "  which makes accept the hot path"
+  withServers (servers 1 ++ servers 2) $ \srvs ->
+    withNginx (NginxSite "nginx" "0" 1 pongLocation) $ \ngx ->
+    withNginx (NginxSite "nginx-N2" (serverCores 2) 2 pongLocation) $ \ngx2 -> do
+    let (srv1, srv2) = splitAt 3 srvs
+        arms1 = zip arms (srv1 ++ [ngx])
+        arms2 = zip arms (srv2 ++ [ngx2])
+        groups = [ "c=" ++ show c | c <- concs ]
+        twoCores = "N2 c=400"
         reconnecting = "c=64 new connection per request"
-        armServers = zip arms (srvs ++ [ngx])
-        cells = [ Cell ("c=" ++ show c) a (wrkSample wrkRun srv c "/") | c <- concs, (a, srv) <- armServers ]
-             ++ [ Cell reconnecting a (wrkSampleReconnecting wrkRun 1 srv 64 "/") | (a, srv) <- armServers ]
+        cells = [ Cell ("c=" ++ show c) a (wrkSample wrkRun srv c "/") | c <- concs, (a, srv) <- arms1 ]
+             ++ [ Cell twoCores a (wrkSample wrkRun srv 400 "/") | (a, srv) <- arms2 ]
+             ++ [ Cell reconnecting a (wrkSampleReconnecting wrkRun 1 srv 64 "/") | (a, srv) <- arms1 ]
     res <- interleave "pong" (setReps st) cells
     t <- report "pong" groups arms False res
-    t' <- report "pong-reconnect" [reconnecting] arms False res
+    t' <- report "pong-more" [twoCores, reconnecting] arms False res
     plot "pong" (linePlot "pong" "pong" "HTTP pong under wrk, one server core: requests/s (median)"
                   "wrk connections" "requests/s" (map (drop 2) groups) arms 0 False)
     return (t ++ "\n" ++ t')

@@ -298,17 +298,18 @@ serveSpec = describe "servePong" $ do
   it "stops after a request that closes, reading and answering no more" $ do
     r <- serve [ "GET / HTTP/1.1\r\n\r\nGET / HTTP/1.1\r\nConnection: close\r\n\r\nGET / HTTP/1.1\r\n\r\n"
                , "GET / HTTP/1.1\r\n\r\n" ]
-    runSends r `shouldBe` [replicate 2 pongResponse]
+    -- The last answer announces the close.
+    runSends r `shouldBe` [[pongResponse, closingPong]]
     runUnread r `shouldBe` ["GET / HTTP/1.1\r\n\r\n"]
 
   it "stops after an HTTP/1.0 request without keep-alive" $ do
     r <- serve ["GET / HTTP/1.0\r\n\r\n", "GET / HTTP/1.0\r\n\r\n"]
-    runSends r `shouldBe` [[pongResponse]]
+    runSends r `shouldBe` [[closingPong]]
     length (runUnread r) `shouldBe` 1
 
   it "keeps an HTTP/1.0 keep-alive connection open" $ do
     r <- serve ["GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", "GET / HTTP/1.0\r\n\r\n"]
-    runSends r `shouldBe` [[pongResponse], [pongResponse]]
+    runSends r `shouldBe` [[pongResponse], [closingPong]]
 
   it "answers a malformed request line with 400 and stops" $ do
     r <- serve ["GET /a b HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\n\r\n"]
@@ -397,7 +398,7 @@ servePropertySpec = describe "servePong properties" $ modifyMaxSuccess (const 30
   prop "any split of a pipelined stream gives the same answers" $
     forAll (listOf1 genRequest) $ \reqs -> forAll genClose $ \close ->
       let stream = B.concat (map rqBytes reqs) <> close
-          expected = map rqAnswer reqs ++ [pongResponse | not (B.null close)]
+          expected = map rqAnswer reqs ++ [closingPong | not (B.null close)]
       in forAll (genSplit stream) $ \chunks -> ioProperty $ do
            whole <- serve [stream]
            split <- serve chunks
@@ -407,6 +408,11 @@ servePropertySpec = describe "servePong properties" $ modifyMaxSuccess (const 30
              , counterexample "no empty sendMany" (notElem [] (runSends split))
              , counterexample "at most one sendMany per chunk"
                  (length (runSends split) <= length chunks) ]
+
+-- | 'pongResponse' as the last answer on a connection: it announces the
+-- close.
+closingPong :: ByteString
+closingPong = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\nPONG"
 
 -- * Fake connections
 

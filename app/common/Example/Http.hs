@@ -40,8 +40,9 @@ import qualified Weft.Net as Bytes (byteAt)
 import Data.Word (Word8)
 
 -- | The answer to every well-formed request: status 200 with the 4-byte body
--- @PONG@, 42 bytes in all. It carries no @Connection@ header, so after a
--- request that asked to close, the close itself is the only signal.
+-- @PONG@, 42 bytes in all. It carries no @Connection@ header; the answer
+-- to a request that does not keep the connection alive says
+-- @Connection: close@ ('servePong').
 pongResponse :: ByteString
 pongResponse = "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nPONG"
 
@@ -409,7 +410,10 @@ isTokenByte b
 --
 -- Returns, leaving the close to the caller:
 --
--- * after answering a request that does not keep the connection alive;
+-- * after answering a request that does not keep the connection alive
+--   (the answer then says @Connection: close@, so that the client does
+--   not send its next request on a connection about to close: RFC 9112,
+--   section 9.6);
 -- * after sending 'errorResponse' for a request that fails to parse
 --   (behind the answers to any requests before it);
 -- * at end of stream (a partial request then is dropped unanswered).
@@ -448,7 +452,7 @@ servePongWith response lim recv sendMany = await B.empty 0
       NeedMore -> send queued >> await buf 0
       ParseError err -> send (errorResponse err : queued)
       Parsed req used
-        | not (requestKeepAlive req) -> send queued'
+        | not (requestKeepAlive req) -> send (closing (answerFor response req) : queued)
         | B.length rest >= body -> answer (B.drop body rest) queued'
         | otherwise -> send queued' >> await B.empty (body - B.length rest)
         where
@@ -458,6 +462,12 @@ servePongWith response lim recv sendMany = await B.empty 0
 
     send [] = return ()
     send queued = sendMany (reverse queued)
+
+-- | An answer that announces the close that follows it: @Connection:
+-- close@ added to its head.
+closing :: ByteString -> ByteString
+closing answer = B.concat [hd, "\r\nConnection: close", rest]
+  where (hd, rest) = B.breakSubstring "\r\n\r\n" answer
 
 -- | The answer to a request: the response, without its body for @HEAD@.
 -- A HEAD response announces the length a GET would have but must not carry
