@@ -138,8 +138,10 @@ newTable ring = do
   nbufs <- readIORef receiveBuffers
   ok <- (== 0) <$> c_setup_buffers ring (fromIntegral nbufs) receiveBufferBytes
   if not ok then return Nothing else do
+    -- Every request starts with this tracker; a submission sets its own.
+    idle <- newTracker (\_ -> return ()) (\_ -> return ())
     rec let t = Table ring reqs counts wake
-        reqs <- FT.new (newFdReqs t . fromIntegral)
+        reqs <- FT.new (newFdReqs t idle . fromIntegral)
         counts <- newCounters nCounts
         wake <- newIORef Nothing
     return (Just t)
@@ -238,14 +240,14 @@ rwUsed = 0; rwId = 1; rwState = 2; rwLength = 3
 sWaiting, sDelivered, sCancelled, sClosing, sResolved :: Int
 sWaiting = 0; sDelivered = 1; sCancelled = 2; sClosing = 3; sResolved = 4
 
-newFdReqs :: Table -> Fd -> IO FdReqs
-newFdReqs t fd = FdReqs <$> newReq False <*> newReq True
+newFdReqs :: Table -> Tracker -> Fd -> IO FdReqs
+newFdReqs t idle fd = FdReqs <$> newReq False <*> newReq True
   where
     newReq send = do
       w <- newCounters 4
       writeCounter w rwState sResolved
       op <- newIORef OpNone
-      trk <- newIORef =<< newTracker (\_ -> return ()) (\_ -> return ())
+      trk <- newIORef idle
       done <- newEmptyMVar
       resolved <- newMVar ()
       let req = Req w fd send op trk done resolved (Just inflight)
