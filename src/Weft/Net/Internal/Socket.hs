@@ -202,18 +202,24 @@ recvManyRaw s bufs size count =
 -- that bytes are returned in the order they came (Note [Receives on the
 -- ring]). Cheap when there is none: two reads.
 takeLeftover :: Socket -> Int -> IO (Maybe B.ByteString)
-takeLeftover s n = do
+takeLeftover s n = takeKept s trkLeftover $ \l -> case l of
+  [] -> ([], Nothing)
+  b : rest
+    | B.length b <= n -> (rest, Just b)
+    | otherwise -> (B.drop n b : rest, Just (B.take n b))
+{-# INLINE takeLeftover #-}
+
+-- | Wait until the socket's receive or accept on a ring, if one is in
+-- flight, is resolved; then take from one of the lists of what cancelled
+-- ones kept, as the function says ('Nothing' if the list is empty).
+takeKept :: Socket -> (Tracker -> IORef [a]) -> ([a] -> ([a], Maybe b)) -> IO (Maybe b)
+takeKept s list split = do
   let trk = sockTracker s
   inflight <- readIORef (trkReceiving trk)
   forM_ inflight (readMVar . inflResolved)
-  left <- readIORef (trkLeftover trk)
-  if null left then return Nothing else
-    atomicModifyIORef' (trkLeftover trk) $ \l -> case l of
-      [] -> ([], Nothing)
-      b : rest
-        | B.length b <= n -> (rest, Just b)
-        | otherwise -> (B.drop n b : rest, Just (B.take n b))
-{-# INLINE takeLeftover #-}
+  kept <- readIORef (list trk)
+  if null kept then return Nothing else atomicModifyIORef' (list trk) split
+{-# INLINE takeKept #-}
 
 -- | Receive at most @n@ bytes through the ring of the caller's manager,
 -- if its backend performs receives: a receive goes to the ring first,
@@ -224,13 +230,23 @@ takeLeftover s n = do
 -- the end of the stream. Throws as the receive itself would, and @EBADF@
 -- if the socket is closed meanwhile.
 receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
-receiveOnRing s n = do
+receiveOnRing s n = withRing "recv" s (\_ -> return True) $ \c open wake ->
+  complRecv c open wake (socketFd s) n (sockTracker s)
+
+-- | Run a request on the ring of the caller's manager, if its backend
+-- performs completions and the manager is fit ('Nothing' if not), given
+-- how to submit while the socket is open and how to wake the manager;
+-- its result as 'ringResult' makes it.
+withRing :: String -> Socket -> (Manager -> IO Bool) -> (Completions -> (IO Bool -> IO (Maybe Bool)) -> IO () -> IO (RingResult a)) -> IO (Maybe a)
+withRing loc s fit request = do
   mgr <- getSystemManager
   case backendCompletions (mgrBackend mgr) of
     Nothing -> return Nothing
     Just c -> do
-      r <- complRecv c (whileOpen s) (wakeManager mgr) (socketFd s) n (sockTracker s)
-      ringResult "recv" s r
+      go <- fit mgr
+      if not go then return Nothing else
+        request c (whileOpen s) (wakeManager mgr) >>= ringResult loc s
+{-# INLINE withRing #-}
 
 -- | A connection that a listener's accept on a ring, cancelled by an
 -- asynchronous exception, accepted anyway: its fd and address buffer
@@ -239,15 +255,9 @@ receiveOnRing s n = do
 -- anything newer. Waits first for such an accept still in flight. Cheap
 -- when there is none: two reads.
 takeAccepted :: Socket -> IO (Maybe (CInt, ForeignPtr ()))
-takeAccepted s = do
-  let trk = sockTracker s
-  inflight <- readIORef (trkReceiving trk)
-  forM_ inflight (readMVar . inflResolved)
-  kept <- readIORef (trkAccepted trk)
-  if null kept then return Nothing else
-    atomicModifyIORef' (trkAccepted trk) $ \l -> case l of
-      [] -> ([], Nothing)
-      (Fd fd, address) : rest -> (rest, Just (fd, address))
+takeAccepted s = takeKept s trkAccepted $ \l -> case l of
+  [] -> ([], Nothing)
+  (Fd fd, address) : rest -> (rest, Just (fd, address))
 
 -- | Accept a connection through the ring of the caller's manager, if its
 -- backend performs accepts, blocking until one comes: its fd, the peer's
@@ -257,13 +267,9 @@ takeAccepted s = do
 -- @EAGAIN@ (Note [Accepts on the ring]). Throws as @accept4@ would, and
 -- @EBADF@ if the listener is closed meanwhile.
 acceptOnRing :: Socket -> ForeignPtr () -> IO (Maybe CInt)
-acceptOnRing s address = do
-  mgr <- getSystemManager
-  case backendCompletions (mgrBackend mgr) of
-    Nothing -> return Nothing
-    Just c -> do
-      r <- complAccept c (whileOpen s) (wakeManager mgr) (socketFd s) address (sockTracker s)
-      fmap (\(Fd fd) -> fd) <$> ringResult "accept" s r
+acceptOnRing s address = fmap (\(Fd fd) -> fd) <$>
+  withRing "accept" s (\_ -> return True) (\c open wake ->
+    complAccept c open wake (socketFd s) address (sockTracker s))
 
 -- | Run an action as a guarded syscall runs (counted in the guard's use
 -- word, which a close waits to drain): 'Nothing', without running it, if
@@ -297,17 +303,11 @@ settleSend s = do
 -- (and readiness) instead. Throws as the send itself would, and @EBADF@ if
 -- the socket is closed meanwhile.
 sendOnRing :: Bool -> String -> Socket -> Outgoing -> IO (Maybe Int)
-sendOnRing always loc s out = do
-  mgr <- getSystemManager
-  case backendCompletions (mgrBackend mgr) of
-    Nothing -> return Nothing
-    Just c -> do
-      go <- if always then return True else not <$> managerBlocked mgr
-      if not go then return Nothing else do
-        -- A sender interrupted meanwhile may have left one in flight.
-        settleSend s
-        r <- complSend c (whileOpen s) (wakeManager mgr) (socketFd s) always out (sockTracker s)
-        ringResult loc s r
+sendOnRing always loc s out =
+  withRing loc s (\mgr -> if always then return True else not <$> managerBlocked mgr) $ \c open wake -> do
+    -- A sender interrupted meanwhile may have left one in flight.
+    settleSend s
+    complSend c open wake (socketFd s) always out (sockTracker s)
 
 -- | A request's result; 'Nothing' if the ring was busy with another
 -- thread's request on the socket.
