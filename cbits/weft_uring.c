@@ -291,21 +291,36 @@ int weft_uring_setup_buffers(struct weft_uring *u, unsigned nbufs, unsigned bufs
     return 0;
 }
 
+/* Start queuing a request: takes the ring's lock, held until finish_op;
+ * NULL if the submission queue is full. */
+static struct io_uring_sqe *start_op(struct weft_uring *u)
+{
+    pthread_mutex_lock(&u->lock);
+    return get_sqe(u);
+}
+
+/* Finish queuing a request (its user_data ud) and release the lock;
+ * -EBUSY if there was no room. */
+static int finish_op(struct weft_uring *u, struct io_uring_sqe *sqe, uint64_t ud)
+{
+    if (sqe)
+        io_uring_sqe_set_data64(sqe, ud);
+    pthread_mutex_unlock(&u->lock);
+    return sqe ? 0 : -EBUSY;
+}
+
 /* Queue a receive of at most len bytes into a provided buffer. It is
  * tried at submission (weft's receives go to the ring first), and polls
  * only if nothing has come. */
 int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
 {
-    pthread_mutex_lock(&u->lock);
-    struct io_uring_sqe *sqe = get_sqe(u);
+    struct io_uring_sqe *sqe = start_op(u);
     if (sqe) {
         io_uring_prep_recv(sqe, fd, NULL, len < u->bufsize ? len : u->bufsize, 0);
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = BUF_GROUP;
-        io_uring_sqe_set_data64(sqe, OP_UD(fd, id));
     }
-    pthread_mutex_unlock(&u->lock);
-    return sqe ? 0 : -EBUSY;
+    return finish_op(u, sqe, OP_UD(fd, id));
 }
 
 /* Queue a send of len bytes at buf (which must stay valid until the
@@ -314,16 +329,13 @@ int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
 int weft_uring_send(struct weft_uring *u, int fd, uint64_t id, const void *buf, unsigned len,
                     int more, int poll_first)
 {
-    pthread_mutex_lock(&u->lock);
-    struct io_uring_sqe *sqe = get_sqe(u);
+    struct io_uring_sqe *sqe = start_op(u);
     if (sqe) {
         io_uring_prep_send(sqe, fd, buf, len, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
         if (poll_first)
             sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
-        io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
     }
-    pthread_mutex_unlock(&u->lock);
-    return sqe ? 0 : -EBUSY;
+    return finish_op(u, sqe, OP_UD(fd, id | ID_SEND));
 }
 
 /* Queue a gather send (msg, its iovecs and their bytes must stay valid
@@ -331,16 +343,13 @@ int weft_uring_send(struct weft_uring *u, int fd, uint64_t id, const void *buf, 
 int weft_uring_sendmsg(struct weft_uring *u, int fd, uint64_t id, const struct msghdr *msg,
                        int more, int poll_first)
 {
-    pthread_mutex_lock(&u->lock);
-    struct io_uring_sqe *sqe = get_sqe(u);
+    struct io_uring_sqe *sqe = start_op(u);
     if (sqe) {
         io_uring_prep_sendmsg(sqe, fd, msg, MSG_NOSIGNAL | (more ? MSG_MORE : 0));
         if (poll_first)
             sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
-        io_uring_sqe_set_data64(sqe, OP_UD(fd, id | ID_SEND));
     }
-    pthread_mutex_unlock(&u->lock);
-    return sqe ? 0 : -EBUSY;
+    return finish_op(u, sqe, OP_UD(fd, id | ID_SEND));
 }
 
 /* Queue an accept on listener fd; the peer's address goes to addr, its
@@ -348,28 +357,21 @@ int weft_uring_sendmsg(struct weft_uring *u, int fd, uint64_t id, const struct m
 int weft_uring_accept(struct weft_uring *u, int fd, uint64_t id, struct sockaddr *addr,
                       socklen_t *len)
 {
-    pthread_mutex_lock(&u->lock);
-    struct io_uring_sqe *sqe = get_sqe(u);
-    if (sqe) {
+    struct io_uring_sqe *sqe = start_op(u);
+    if (sqe)
         io_uring_prep_accept(sqe, fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        io_uring_sqe_set_data64(sqe, OP_UD(fd, id));
-    }
-    pthread_mutex_unlock(&u->lock);
-    return sqe ? 0 : -EBUSY;
+    return finish_op(u, sqe, OP_UD(fd, id));
 }
 
 /* Queue the cancellation of a completion request. */
 int weft_uring_cancel(struct weft_uring *u, int fd, uint64_t id)
 {
-    pthread_mutex_lock(&u->lock);
-    struct io_uring_sqe *sqe = get_sqe(u);
+    struct io_uring_sqe *sqe = start_op(u);
     if (sqe) {
         io_uring_prep_cancel64(sqe, OP_UD(fd, id), 0);
-        io_uring_sqe_set_data64(sqe, UD_IGNORE);
         sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
     }
-    pthread_mutex_unlock(&u->lock);
-    return sqe ? 0 : -EBUSY;
+    return finish_op(u, sqe, UD_IGNORE);
 }
 
 /* Where provided buffer bid is. */

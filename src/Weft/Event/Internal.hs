@@ -27,7 +27,8 @@ module Weft.Event.Internal
   , Outgoing (..)
   , RingResult (..)
   , Tracker (..)
-  , acceptAddressBytes
+  , newAcceptAddress
+  , readyAcceptAddress
   , Inflight (..)
   , newTracker
   ) where
@@ -35,7 +36,9 @@ module Weft.Event.Internal
 import Control.Concurrent.MVar (MVar)
 import Data.ByteString (ByteString)
 import Data.IORef (IORef, newIORef)
-import Foreign.ForeignPtr (ForeignPtr)
+import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
+import Foreign.Storable (poke)
 
 import Data.Bits ((.&.), (.|.))
 import Data.List (intercalate)
@@ -264,8 +267,7 @@ data Completions = Completions
     -- ^ @complAccept whileOpen wake fd address tracker@ accepts a
     -- connection on the listener @fd@, blocking until one comes: the new
     -- fd (non-blocking, close-on-exec), its peer's address written at
-    -- @address@ ('acceptAddressBytes' bytes: a @sockaddr_storage@, then
-    -- its length as a @socklen_t@). The buffer is kept alive until the
+    -- @address@ (a buffer from 'newAcceptAddress'). The buffer is kept alive until the
     -- request completes. Interrupted by an asynchronous exception, it
     -- cancels the request; a connection accepted anyway goes, with its
     -- address buffer, to the tracker's accepted connections. Uses the
@@ -273,10 +275,23 @@ data Completions = Completions
     -- already it returns 'RingBusy'.
   }
 
--- | Bytes of an accept's address buffer: a @sockaddr_storage@ (128 bytes),
--- then the address's length (a @socklen_t@).
-acceptAddressBytes :: Int
-acceptAddressBytes = 136
+-- | A buffer for an accept's peer address: room for any socket address (a
+-- @sockaddr_storage@, 128 bytes), then the address's length (a
+-- @socklen_t@).
+newAcceptAddress :: IO (ForeignPtr ())
+newAcceptAddress = mallocForeignPtrBytes (addressRoom + 8)
+
+-- | Ready an accept's address buffer for a call (its length word says how
+-- much room there is, as every accept needs afresh): the address's and
+-- the length's pointers.
+readyAcceptAddress :: Ptr () -> IO (Ptr (), Ptr Word32)
+readyAcceptAddress p = do
+  let lenp = castPtr (p `plusPtr` addressRoom) :: Ptr Word32
+  poke lenp (fromIntegral addressRoom)
+  return (p, lenp)
+
+addressRoom :: Int
+addressRoom = 128
 
 -- | Bytes for a send on a ring.
 data Outgoing

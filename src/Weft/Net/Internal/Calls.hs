@@ -17,7 +17,7 @@ import Data.Int (Int64)
 import Data.Word (Word8)
 import Foreign.C.Error
 import Foreign.C.Types
-import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, touchForeignPtr, withForeignPtr)
+import Foreign.ForeignPtr (ForeignPtr, touchForeignPtr, withForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (with)
@@ -32,7 +32,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
-import Weft.Event.Internal (Outgoing (..), acceptAddressBytes)
+import Weft.Event.Internal (Outgoing (..), newAcceptAddress, readyAcceptAddress)
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket hiding (recvBuf)
 import qualified Weft.Net.Internal.Socket as S
@@ -110,31 +110,27 @@ addressSpace = 128
 -- had accepted anyway (under the uring backend) is returned first (Note
 -- [Accepts on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
 accept :: Socket -> IO (Socket, SockAddr)
-accept s = do
-  kept <- takeAccepted s
-  case kept of
-    Just c -> adopt c
-    Nothing -> loop
+accept s = acceptNow s >>= either blocked return
+  where
+    -- No connection queued: one from the ring, or wait for readiness.
+    blocked address = acceptOnRing s address
+      >>= maybe (waitReady Reading s >> accept s) (\fd -> adopt (fd, address))
+
+-- | A connection a cancelled accept kept, or one @accept4@ took: the new
+-- socket and its peer; or, if none is queued (@EAGAIN@), the address
+-- buffer it tried with. Throws as 'accept' does.
+acceptNow :: Socket -> IO (Either (ForeignPtr ()) (Socket, SockAddr))
+acceptNow s = takeAccepted s >>= maybe loop (fmap Right . adopt)
   where
     loop = do
-      (r, address) <- acceptOnce s
-      if r >= 0 then adopt (fromIntegral r, address)
-        else if r == negate (errnoLong eAGAIN) then do
-          ring <- acceptOnRing s address
-          case ring of
-            Just fd -> adopt (fd, address)
-            Nothing -> waitReady Reading s >> loop
-        else retryOrThrow "accept" Reading s r loop
-
--- | One @accept4@ on the listener, into a fresh address buffer
--- ('acceptAddressBytes'): the fd or @-errno@, and the buffer.
-acceptOnce :: Socket -> IO (CLong, ForeignPtr ())
-acceptOnce s = do
-  address <- mallocForeignPtrBytes acceptAddressBytes
-  r <- withForeignPtr address $ \p -> do
-    pokeByteOff p addressSpace (fromIntegral addressSpace :: CInt)
-    acceptRaw s p (p `plusPtr` addressSpace)
-  return (r, address)
+      address <- newAcceptAddress
+      r <- withForeignPtr address $ \p -> do
+        (addr, lenp) <- readyAcceptAddress p
+        acceptRaw s addr (castPtr lenp)
+      if r >= 0 then Right <$> adopt (fromIntegral r, address)
+        else if r == negate (errnoLong eAGAIN) then return (Left address)
+        else if r == negate (errnoLong eINTR) then loop
+        else socketError "accept" s r
 
 -- | The socket for an accepted fd, and the peer's address in its buffer.
 -- Closes the fd if that fails.
@@ -391,18 +387,7 @@ maxIov = 1024
 -- while queued (the caller may simply try again), @EBADF@ on a closed
 -- listener.
 tryAccept :: Socket -> IO (Maybe (Socket, SockAddr))
-tryAccept s = do
-  kept <- takeAccepted s
-  case kept of
-    Just c -> Just <$> adopt c
-    Nothing -> loop
-  where
-    loop = do
-      (r, address) <- acceptOnce s
-      if r >= 0 then Just <$> adopt (fromIntegral r, address)
-        else if r == negate (errnoLong eAGAIN) then return Nothing
-        else if r == negate (errnoLong eINTR) then loop
-        else socketError "accept" s r
+tryAccept s = either (const Nothing) Just <$> acceptNow s
 
 -- | Receive at most the given number of bytes (which must be positive)
 -- without waiting: 'Nothing' if none are there (@EAGAIN@), an empty string

@@ -261,7 +261,7 @@ takeAccepted s = takeKept s trkAccepted $ \l -> case l of
 
 -- | Accept a connection through the ring of the caller's manager, if its
 -- backend performs accepts, blocking until one comes: its fd, the peer's
--- address written in the buffer ('acceptAddressBytes'). 'Nothing' if the
+-- address written in the buffer ('newAcceptAddress'). 'Nothing' if the
 -- backend does not, or another thread's accept is on the ring: wait for
 -- readiness instead. Call after the listener's own @accept4@ said
 -- @EAGAIN@ (Note [Accepts on the ring]). Throws as @accept4@ would, and

@@ -263,7 +263,7 @@ data Op
     -- ^ Its most bytes are in the request's words, so that a receive,
     -- which waits longest, allocates nothing the request holds.
   | OpAccept !(ForeignPtr ())
-    -- ^ The address buffer ('acceptAddressBytes').
+    -- ^ The address buffer ('newAcceptAddress').
   | OpSend !Bool !Outgoing !(Maybe (ForeignPtr ()))
     -- ^ Poll first (the socket had no room), the bytes, a gather send's
     -- header.
@@ -271,34 +271,29 @@ data Op
 data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Failed !Errno | Closed | Busy
 
 recvOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
-recvOnRing t whileOpen wake fd n trk = do
-  out <- onRing t whileOpen wake fd (min n (fromIntegral receiveBufferBytes)) OpRecv trk
-  return $ case out of
-    Got bs -> RingDone bs
-    Failed e -> RingFailed e
-    Busy -> RingBusy
-    _ -> RingClosed
+recvOnRing t whileOpen wake fd n trk =
+  resultOf (\o -> case o of Got bs -> Just bs; _ -> Nothing)
+    <$> onRing t whileOpen wake fd (min n (fromIntegral receiveBufferBytes)) OpRecv trk
 
 acceptOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd)
-acceptOnRing t whileOpen wake fd address trk = do
-  out <- onRing t whileOpen wake fd 0 (OpAccept address) trk
-  return $ case out of
-    Conn c -> RingDone c
-    Failed e -> RingFailed e
-    Busy -> RingBusy
-    _ -> RingClosed
+acceptOnRing t whileOpen wake fd address trk =
+  resultOf (\o -> case o of Conn c -> Just c; _ -> Nothing)
+    <$> onRing t whileOpen wake fd 0 (OpAccept address) trk
 
 sendOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
 sendOnRing t whileOpen wake fd full o trk = do
   header <- case o of
     OutBytes _ -> return Nothing
     OutGather _ bss -> Just <$> messageHeader bss
-  out <- onRing t whileOpen wake fd 0 (OpSend full o header) trk
-  return $ case out of
-    Sent k -> RingDone k
-    Failed e -> RingFailed e
-    Busy -> RingBusy
-    _ -> RingClosed
+  resultOf (\out -> case out of Sent k -> Just k; _ -> Nothing)
+    <$> onRing t whileOpen wake fd 0 (OpSend full o header) trk
+
+-- | What a request's outcome says, given what its kind's success is.
+resultOf :: (Outcome -> Maybe a) -> Outcome -> RingResult a
+resultOf done out = case out of
+  Failed e -> RingFailed e
+  Busy -> RingBusy
+  _ -> maybe RingClosed RingDone (done out)
 
 -- | A @struct msghdr@ followed by the strings' iovecs.
 messageHeader :: [B.ByteString] -> IO (ForeignPtr ())
@@ -399,11 +394,10 @@ submit t req = do
   r <- case op of
     OpNone -> return (negate (errnoCInt eINVAL))
     OpRecv -> c_recv ring fd ud . fromIntegral =<< readCounter (reqWords req) rwLength
-    OpAccept address -> withForeignPtr address $ \p -> do
-      -- The kernel writes the address's length over it: reset on every
-      -- submission (a resubmission too).
-      pokeByteOff p 128 (128 :: Word32)
-      c_accept ring fd ud p (p `plusPtr` 128)
+    -- The kernel writes the address's length over the room: readied on
+    -- every submission (a resubmission too).
+    OpAccept address -> withForeignPtr address $ \p ->
+      uncurry (c_accept ring fd ud) =<< readyAcceptAddress p
     OpSend full (OutBytes (BI.PS fp off len)) _ ->
       c_send ring fd ud (unsafeForeignPtrToPtr fp `plusPtr` off) (fromIntegral len) 0 (flag full)
     OpSend full (OutGather more _) (Just header) ->
