@@ -231,7 +231,7 @@ takeKept s list split = do
 -- if the socket is closed meanwhile.
 receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
 receiveOnRing s n = withRing "recv" s (\_ -> return True) $ \c open wake ->
-  complRecv c open wake (socketFd s) n (sockTracker s)
+  let !fd = socketFd s; !trk = sockTracker s in complRecv c open wake fd n trk
 
 -- | Run a request on the ring of the caller's manager, if its backend
 -- performs completions and the manager is fit ('Nothing' if not), given
@@ -269,7 +269,7 @@ takeAccepted s = takeKept s trkAccepted $ \l -> case l of
 acceptOnRing :: Socket -> ForeignPtr () -> IO (Maybe CInt)
 acceptOnRing s address = fmap (\(Fd fd) -> fd) <$>
   withRing "accept" s (\_ -> return True) (\c open wake ->
-    complAccept c open wake (socketFd s) address (sockTracker s))
+    let !fd = socketFd s; !trk = sockTracker s in complAccept c open wake fd address trk)
 
 -- | Run an action as a guarded syscall runs (counted in the guard's use
 -- word, which a close waits to drain): 'Nothing', without running it, if
@@ -307,7 +307,8 @@ sendOnRing always loc s out =
   withRing loc s (\mgr -> if always then return True else not <$> managerBlocked mgr) $ \c open wake -> do
     -- A sender interrupted meanwhile may have left one in flight.
     settleSend s
-    complSend c open wake (socketFd s) always out (sockTracker s)
+    let !fd = socketFd s; !trk = sockTracker s
+    complSend c open wake fd always out trk
 
 -- | A request's result; 'Nothing' if the ring was busy with another
 -- thread's request on the socket.

@@ -1,4 +1,4 @@
-{-# LANGUAGE CApiFFI, BangPatterns, RecursiveDo #-}
+{-# LANGUAGE CApiFFI, BangPatterns, RecursiveDo, MagicHash, UnboxedTuples #-}
 -- | The io_uring backend's completion requests: "Weft.Net"'s receives,
 -- sends and accepts performed by the ring ('Completions'), their ids,
 -- states, cancellation and leftovers. The readiness side (poll requests, the
@@ -102,7 +102,7 @@ module Weft.Event.Internal.Backend.Uring.Requests
 
 import Control.Exception (mask, onException, uninterruptibleMask_)
 import Control.Concurrent.MVar
-import Control.Monad (forM_, when)
+import Control.Monad (forM_, when, (<$!>))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.Bits (shiftR, (.&.), (.|.))
@@ -115,6 +115,10 @@ import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Utils (copyBytes, fillBytes)
 import Foreign.Ptr (Ptr, castPtr, plusPtr)
 import Foreign.Storable (pokeByteOff)
+import GHC.Exts (casMutVar##, isTrue##, lazy, readMutVar##, reallyUnsafePtrEquality##)
+import GHC.IO (IO (..))
+import GHC.IORef (IORef (..))
+import GHC.STRef (STRef (..))
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
@@ -218,6 +222,15 @@ cInflight = 7; nCounts = 8
 -- has its own taken by a late waiter. "Resolved" (the completion handled:
 -- the socket's slot is free, and a close or a receive waiting on it may go
 -- on) comes before that, with the outcome.
+--
+-- The path of a request allocates little else: the socket's slot is taken
+-- by a compare-and-swap ('claimSlot'), the cells are written only when
+-- their content changes ('setUnlessSame', which keeps the collector's
+-- list of written old objects short), and the closures a request hands to
+-- the guard and to its exception handler hold the request whole
+-- ('claimAndSubmit', 'abandon'). Measured on pong at 400 connections:
+-- 2.67 KB allocated and 217 bytes copied per request before, 1.85 KB and
+-- 108 bytes after (epoll: 1.6 KB and 71 bytes).
 data Req = Req
   { reqWords :: !Counters
     -- ^ 'rwUsed', 'rwId', 'rwState', 'rwLength'.
@@ -273,20 +286,21 @@ data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Failed !Errno | Closed
 recvOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
 recvOnRing t whileOpen wake fd n trk =
   resultOf (\o -> case o of Got bs -> Just bs; _ -> Nothing)
-    <$> onRing t whileOpen wake fd (min n (fromIntegral receiveBufferBytes)) OpRecv trk
+    <$!> onRing t whileOpen wake fd (min n (fromIntegral receiveBufferBytes)) OpRecv trk
 
 acceptOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd)
 acceptOnRing t whileOpen wake fd address trk =
   resultOf (\o -> case o of Conn c -> Just c; _ -> Nothing)
-    <$> onRing t whileOpen wake fd 0 (OpAccept address) trk
+    <$!> onRing t whileOpen wake fd 0 (OpAccept address) trk
 
 sendOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
 sendOnRing t whileOpen wake fd full o trk = do
   header <- case o of
     OutBytes _ -> return Nothing
     OutGather _ bss -> Just <$> messageHeader bss
+  let !op = OpSend full o header
   resultOf (\out -> case out of Sent k -> Just k; _ -> Nothing)
-    <$> onRing t whileOpen wake fd 0 (OpSend full o header) trk
+    <$!> onRing t whileOpen wake fd 0 op trk
 
 -- | What a request's outcome says, given what its kind's success is.
 resultOf :: (Outcome -> Maybe a) -> Outcome -> RingResult a
@@ -314,36 +328,15 @@ messageHeader bss = do
 -- | Submit a request and wait for its outcome (Note [Receives on the
 -- ring], Note [Sends on the ring], Note [Reused requests]).
 onRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Op -> Tracker -> IO Outcome
-onRing t whileOpen wake fd len op trk = mask $ \restore -> do
+onRing t whileOpen wake !fd !len !op !trk = mask $ \restore -> do
   known <- readIORef (tblWake t)
   case known of
     Nothing -> writeIORef (tblWake t) (Just wake)
     Just _ -> return ()
   frs <- FT.lookupOrCreate (tblReqs t) (fromIntegral fd)
-  let (req, slot) = case op of
-        OpSend {} -> (frSend frs, trkSending trk)
-        _ -> (frRecv frs, trkReceiving trk)
-      w = reqWords req
-  submitted <- whileOpen $ do
-    claimed <- atomicModifyIORef' slot $ \cur -> case cur of
-      Nothing -> (reqInflight req, True)
-      Just _ -> (cur, False)
-    free <- if claimed then (== 0) <$> casCounter w rwUsed 0 1 else return False
-    if free
-      then do
-        -- Ids are 29 bits and a kind bit: one is reused only after 2^29
-        -- newer requests of its kind.
-        k <- addCounter (tblCounts t) cNext 1
-        writeCounter w rwId ((k .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
-        writeCounter w rwState sWaiting
-        writeCounter w rwLength len
-        writeIORef (reqOp req) op
-        writeIORef (reqTracker req) trk
-        _ <- tryTakeMVar (reqResolved req)
-        _ <- addCounter (tblCounts t) cInflight 1
-        submit t req
-      else when claimed $ writeIORef slot Nothing
-    return free
+  let !sending = case op of OpSend {} -> True; _ -> False
+      !req = if sending then frSend frs else frRecv frs
+  submitted <- whileOpen (claimAndSubmit t req sending len op trk)
   case submitted of
     Nothing -> return Closed
     Just False -> return Busy
@@ -351,23 +344,92 @@ onRing t whileOpen wake fd len op trk = mask $ \restore -> do
       wake
       -- readMVar, not takeMVar: an exception that lands after the read,
       -- still inside restore, finds the outcome in the cell and keeps it.
-      out <- restore (readMVar (reqDone req)) `onException` do
-        owned <- cancelFor t req sCancelled
-        -- Delivered already: the outcome is in the cell, or about to be.
-        when (not owned) $ do
-          out <- uninterruptibleMask_ (readMVar (reqDone req))
-          keep t req True out
-          giveBack req
+      out <- restore (readMVar (reqDone req)) `onException` abandon t req
       giveBack req
       return out
+
+-- | A request's waiter was interrupted: cancel the request, or, if its
+-- outcome was delivered already, keep what it brought and give it back.
+-- (A function of its own so that the handler every request installs is a
+-- small closure.)
+abandon :: Table -> Req -> IO ()
+abandon t req0 = do
+  -- 'lazy': the handler holds the request whole, not its fields.
+  let req = lazy req0
+  owned <- cancelFor t req sCancelled
+  -- Delivered already: the outcome is in the cell, or about to be.
+  when (not owned) $ do
+    out <- uninterruptibleMask_ (readMVar (reqDone req))
+    keep t req True out
+    giveBack req
+{-# NOINLINE abandon #-}
+
+-- | Put the request's in-flight mark in the socket's slot if the slot is
+-- empty; whether it did. (A compare-and-swap: the slot's 'Nothing' is
+-- the one static 'Nothing', and the mark is made once per request, so
+-- pointer equality is value equality here; it allocates nothing, where an
+-- 'atomicModifyIORef'' allocates its thunks on every request.)
+claimSlot :: IORef (Maybe Inflight) -> Maybe Inflight -> IO Bool
+claimSlot (IORef (STRef ref)) mark = IO $ \s0 -> case readMutVar## ref s0 of
+  (## s1, cur ##) -> case cur of
+    Just _ -> (## s1, False ##)
+    Nothing -> case casMutVar## ref cur mark s1 of
+      (## s2, 0##, _ ##) -> (## s2, True ##)
+      (## s2, _, _ ##) -> (## s2, False ##)
+{-# INLINE claimSlot #-}
+
+-- | Take the socket's slot and the request, and submit it; whether it
+-- was free. Run under the socket's guard ('onRing'). (A function of its
+-- own so that the action handed to the guard is a small closure.)
+claimAndSubmit :: Table -> Req -> Bool -> Int -> Op -> Tracker -> IO Bool
+claimAndSubmit t req sending len op trk = do
+  let w = reqWords req
+      slot = if sending then trkSending trk else trkReceiving trk
+  claimed <- claimSlot slot (reqInflight req)
+  free <- if claimed then (== 0) <$> casCounter w rwUsed 0 1 else return False
+  if free
+    then do
+      -- Ids are 29 bits and a kind bit: one is reused only after 2^29
+      -- newer requests of its kind.
+      k <- addCounter (tblCounts t) cNext 1
+      writeCounter w rwId ((k .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
+      writeCounter w rwState sWaiting
+      writeCounter w rwLength len
+      setUnlessSame (reqOp req) op
+      setUnlessSame (reqTracker req) trk
+      _ <- tryTakeMVar (reqResolved req)
+      _ <- addCounter (tblCounts t) cInflight 1
+      submit t req
+    else when claimed $ writeIORef slot Nothing
+  return free
+{-# NOINLINE claimAndSubmit #-}
 
 -- | Empty a request's done cell and give the request back for the next
 -- one (Note [Reused requests]).
 giveBack :: Req -> IO ()
 giveBack req = do
   _ <- tryTakeMVar (reqDone req)
-  writeIORef (reqOp req) OpNone
+  -- Only a send or an accept holds memory (static 'OpRecv' is left, so
+  -- the next receive need not write it: 'setUnlessSame').
+  op <- readIORef (reqOp req)
+  case op of
+    OpSend {} -> writeIORef (reqOp req) OpNone
+    OpAccept _ -> writeIORef (reqOp req) OpNone
+    _ -> return ()
   writeCounter (reqWords req) rwUsed 0
+
+-- | Write to a request's cell unless it holds this very object already.
+-- The cells live in the old generation (Note [Reused requests]), and the
+-- first write to one after a collection puts it on the collector's list
+-- of old objects to scan at the next: a busy server's receives keep
+-- writing the same 'OpRecv' and the same socket's tracker, so skipping
+-- those writes keeps that list short. (Pointer equality: a miss only
+-- costs the write.)
+setUnlessSame :: IORef a -> a -> IO ()
+setUnlessSame ref x = do
+  cur <- readIORef ref
+  if isTrue## (reallyUnsafePtrEquality## cur x) then return () else writeIORef ref x
+{-# INLINE setUnlessSame #-}
 
 -- | Cancel the request if it is still waiting, for a waiter that left or
 -- for a close; returns whether it was waiting.
@@ -408,7 +470,7 @@ submit t req = do
 -- | A request's completion (its fd, id, result and flags), on the
 -- dispatcher.
 completed :: Table -> Int -> Int -> Int -> Word32 -> IO ()
-completed t fd i res flags = do
+completed t0 !fd !i !res !flags = do
   frs <- FT.lookup (tblReqs t) fd
   forM_ frs $ \rs -> do
     let req = if i .&. sendBit /= 0 then frSend rs else frRecv rs
@@ -434,6 +496,9 @@ completed t fd i res flags = do
               _ -> return (Sent res)
           complete t req out
   where
+    -- 'lazy': the table is passed on whole, not taken apart by the
+    -- compiler and made again on every completion.
+    t = lazy t0
     -- Whatever comes with a buffer gives it back, an end of stream (0
     -- bytes) too: io_uring's contract allows one there, though this
     -- kernel (6.18) sets none.
@@ -473,7 +538,9 @@ complete t req out = do
   _ <- tryPutMVar (reqResolved req) ()
   if st == sCancelled
     then giveBack req
-    else putMVar (reqDone req) (if st == sClosing then (case out of Failed _ -> Closed; _ -> out) else out)
+    else do
+      let !told = if st == sClosing then (case out of Failed _ -> Closed; _ -> out) else out
+      putMVar (reqDone req) told
 
 -- | Keep what a request whose waiter is gone received (or accepted) for
 -- the socket's next receive (or accept): first, if the waiter was
