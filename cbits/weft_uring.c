@@ -257,17 +257,6 @@ void weft_uring_forget(struct weft_uring *u, int fd)
     pthread_mutex_unlock(&u->lock);
 }
 
-/* Submit what is queued now, from the calling thread: for arms and
- * requests queued while the dispatcher blocks, whose wait then sees their
- * completions. Returns 0 or -errno. */
-int weft_uring_submit(struct weft_uring *u)
-{
-    pthread_mutex_lock(&u->lock);
-    int r = submit(u);
-    pthread_mutex_unlock(&u->lock);
-    return r;
-}
-
 int weft_uring_wake(struct weft_uring *u)
 {
     uint64_t one = 1;

@@ -16,7 +16,6 @@ module Weft.Event.Internal
     -- * Backends
   , Backend (..)
   , BackendKind (..)
-  , BlockedArms (..)
   , backendKindName
   , EventHandler
   , PollTimeout (..)
@@ -192,8 +191,9 @@ data Backend = Backend
     -- ^ Drop the fd from the interest set, ignoring errors (it may be gone).
   , backendWake :: !(IO ())
     -- ^ Make a blocked or the next 'backendPoll' return promptly.
-  , backendBlockedArms :: !BlockedArms
-    -- ^ How an arm made during a blocking poll reaches that poll.
+  , backendWakeOnArm :: !Bool
+    -- ^ Whether an arm made during a blocking poll is only seen after a
+    -- wakeup (poll), or at once (epoll).
   , backendClose :: !(IO ())
     -- ^ Release the backend's fds. No other operation may follow.
   , backendKernelCalls :: !(IO Int)
@@ -208,19 +208,6 @@ data Backend = Backend
   , backendRingStats :: !(IO RingStats)
     -- ^ The ring's counts (uring); zeros for the others.
   }
-
--- | How a backend's blocking poll comes to see an arm (or a ring's
--- request) made while it blocks.
-data BlockedArms
-  = SeenAtOnce
-    -- ^ The kernel applies the arm to the blocked wait itself (epoll).
-  | SeenAfterWakeup
-    -- ^ Only the dispatcher's next poll does (poll rebuilds its set): the
-    -- dispatcher must be woken.
-  | SeenAfterSubmit !(IO ())
-    -- ^ The arm is queued, and this submits the queue from the arming
-    -- thread (one system call), which the blocked wait then sees (uring,
-    -- Note [Deferred submission] in "Weft.Event.Internal.Backend.Uring").
 
 -- | What a ring did that no other backend does.
 data RingStats = RingStats

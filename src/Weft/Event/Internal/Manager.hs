@@ -41,7 +41,6 @@ module Weft.Event.Internal.Manager
   , managerIds
     -- * Shared operations
   , wakeManager
-  , publishArms
   , managerBlocked
   , stopped
   , managerStoppedError
@@ -197,20 +196,6 @@ wakeManager mgr = do
       backendWake (mgrBackend mgr)
       void (addCounter c cWakeups 1)
     void (addCounter c cInflight (-1))
-
--- | Make an arm (or a ring request) just made reach the dispatcher's
--- poll, if that poll is blocked in the kernel ('BlockedArms'): nothing
--- for epoll, a wakeup for poll, and for a ring a submission from the
--- calling thread, which leaves the dispatcher blocked. Cheap when the
--- dispatcher is not blocked: one read.
-publishArms :: Manager -> IO ()
-publishArms mgr = case backendBlockedArms (mgrBackend mgr) of
-  SeenAtOnce -> return ()
-  SeenAfterWakeup -> wakeManager mgr
-  SeenAfterSubmit submit -> do
-    blocked <- managerBlocked mgr
-    when blocked (withLiveBackend mgr submit)
-{-# INLINE publishArms #-}
 
 -- | Whether the dispatcher is blocked in the kernel now (a moment later
 -- it may not be): what it is not blocked for, it will see at its next poll

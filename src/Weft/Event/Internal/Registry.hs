@@ -239,7 +239,7 @@ settleSlot mgr fd fresh recheck before completed st = do
   (st', failed, outcome) <- syncArm mgr fd fresh recheck st
   callbacks <- completeAll mgr (completed ++ failed)
   adjustLive mgr before st'
-  publishArms mgr
+  when (backendWakeOnArm (mgrBackend mgr)) (wakeManager mgr)
   return (st', callbacks, outcome)
 
 -- | Complete registrations: fill wait cells and put tokens now (the caller

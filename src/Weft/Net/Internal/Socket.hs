@@ -97,7 +97,7 @@ import Weft.Event.Internal (Completions (..), Inflight (..), Outgoing (..), Ring
                             Tracker (..), backendCompletions, evtRead, evtWrite, newTracker)
 import Foreign.ForeignPtr (ForeignPtr)
 import Weft.Event.Internal.Core
-import Weft.Event.Internal.Manager (managerBlocked, mgrBackend, publishArms)
+import Weft.Event.Internal.Manager (managerBlocked, mgrBackend)
 import Weft.Event.Internal.System (getSystemManager, systemManagers)
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
@@ -245,7 +245,7 @@ withRing loc s fit request = do
     Just c -> do
       go <- fit mgr
       if not go then return Nothing else
-        request c (whileOpen s) (publishArms mgr) >>= ringResult loc s
+        request c (whileOpen s) (wakeManager mgr) >>= ringResult loc s
 {-# INLINE withRing #-}
 
 -- | A connection that a listener's accept on a ring, cancelled by an

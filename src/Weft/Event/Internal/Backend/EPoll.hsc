@@ -90,7 +90,7 @@ newEPollBackend wkind = do
     , backendEdges = True
     , backendForget = \fd -> () <$ ctl #{const EPOLL_CTL_DEL} fd 0 0
     , backendWake = signalWakeup wake
-    , backendBlockedArms = SeenAtOnce
+    , backendWakeOnArm = False
     , backendClose = do
         closeWakeup wake
         _ <- c_close epfd

@@ -13,7 +13,7 @@
 -- That gives the same disarm-on-report rule as @EPOLLONESHOT@.
 --
 -- Arms made while a poll blocks are invisible to it, so the manager wakes
--- the dispatcher after each arm ('SeenAfterWakeup').
+-- the dispatcher after each arm ('backendWakeOnArm').
 module Weft.Event.Internal.Backend.Poll
   ( newPollBackend
   ) where
@@ -60,7 +60,7 @@ newPollBackend wkind = do
     , backendEdges = False
     , backendForget = \(Fd fd) -> atomicModifyIORef' (psWatches st) (\m -> (IM.delete (fromIntegral fd) m, ()))
     , backendWake = signalWakeup wake
-    , backendBlockedArms = SeenAfterWakeup
+    , backendWakeOnArm = True
     , backendClose = closeWakeup wake
     , backendKernelCalls = return 0
     , backendCompletions = Nothing

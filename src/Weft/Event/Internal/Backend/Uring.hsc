@@ -12,20 +12,17 @@
 -- and the new one) in the ring's submission queue: no system call. The
 -- dispatcher's next poll submits everything queued, in the same
 -- @io_uring_enter@ as its wait when it blocks, or in one enter when it
--- does not block. A busy server's arms therefore cost no system call of
--- their own, where epoll makes one @epoll_ctl@ per arm.
+-- does not block. A dispatcher blocked in the kernel does not see what was
+-- queued after it went in, so the backend asks for a wakeup on every arm
+-- ('backendWakeOnArm'); the manager makes one only when the dispatcher is
+-- blocked. A busy server's arms therefore cost no system call of their
+-- own, where epoll makes one @epoll_ctl@ per arm.
 --
--- A dispatcher blocked in the kernel does not see what was queued after
--- it went in. The arming thread then submits the queue itself
--- ('SeenAfterSubmit': one @io_uring_enter@, as epoll's one @epoll_ctl@),
--- and the dispatcher stays blocked until a completion comes. Waking the
--- dispatcher instead would cost the same call (an eventfd write) and
--- more: the dispatcher's thread woken, the capability handed back to it,
--- its own enter, and a second block. (The kernel then runs the request's
--- completion work on the arming OS thread, interrupting it briefly;
--- should that thread exit first, Note [Submitting threads] applies.)
--- Measured on @weft-bench wait@ at @-N2@, where one dispatcher blocks
--- every round trip: see the README's io_uring section.
+-- (Tried and withdrawn: the arming thread submitting the queue itself
+-- while the dispatcher blocks, which saves the dispatcher's wakeup and
+-- second block. On @weft-bench wait -N2@ it took 7% off the CPU per wait,
+-- but 5 of about 210 runs saw a wait end with the pipe still empty,
+-- against none of 97 runs with the wakeup; the cause was not found.)
 --
 -- 'backendForget' is the exception: it submits its removal at once,
 -- because a poll request holds a reference to the file, and the close
@@ -36,8 +33,7 @@
 -- The kernel cancels a request (@-ECANCELED@) when the OS thread that
 -- submitted it exits, and GHC's worker OS threads do exit (the RTS keeps
 -- only a few spare ones). Requests here are submitted by whichever OS thread
--- runs the dispatcher (or a forget, or an arm while the dispatcher
--- blocks) at the time. The ring remembers each
+-- runs the dispatcher (or a forget) at the time. The ring remembers each
 -- fd's armed request, and every arm gets a fresh @user_data@ (a
 -- generation above the fd; the arm's tag is kept beside it). A request
 -- weft removed or replaced completes with @-ECANCELED@ too, but no longer
@@ -141,7 +137,7 @@ newUringBackend = do
     , backendEdges = True
     , backendForget = c_forget ring
     , backendWake = () <$ c_wake ring
-    , backendBlockedArms = SeenAfterSubmit (() <$ c_submit ring)
+    , backendWakeOnArm = True
     , backendClose = mapM_ abandonAll table >> c_close ring
     , backendKernelCalls = fromIntegral <$> c_interest_changes ring
     , backendCompletions = tableCompletions <$> table
@@ -186,8 +182,6 @@ foreign import ccall unsafe "weft_uring_arm"
   c_arm :: Ptr Ring -> Fd -> Word32 -> Word32 -> CInt -> CInt -> IO CInt
 foreign import ccall unsafe "weft_uring_forget"
   c_forget :: Ptr Ring -> Fd -> IO ()
-foreign import ccall unsafe "weft_uring_submit"
-  c_submit :: Ptr Ring -> IO CInt
 foreign import ccall unsafe "weft_uring_wake"
   c_wake :: Ptr Ring -> IO CInt
 foreign import ccall unsafe "weft_uring_poll"
