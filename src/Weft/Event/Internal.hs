@@ -29,6 +29,7 @@ module Weft.Event.Internal
   , Tracker (..)
   , newAcceptAddress
   , readyAcceptAddress
+  , addressRoom
   , Inflight (..)
   , newTracker
   ) where
@@ -290,6 +291,7 @@ readyAcceptAddress p = do
   poke lenp (fromIntegral addressRoom)
   return (p, lenp)
 
+-- | Bytes that hold any socket address (a @sockaddr_storage@).
 addressRoom :: Int
 addressRoom = 128
 

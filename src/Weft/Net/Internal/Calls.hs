@@ -32,7 +32,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
-import Weft.Event.Internal (Outgoing (..), newAcceptAddress, readyAcceptAddress)
+import Weft.Event.Internal (Outgoing (..), addressRoom, newAcceptAddress, readyAcceptAddress)
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket hiding (recvBuf)
 import qualified Weft.Net.Internal.Socket as S
@@ -94,13 +94,9 @@ familyOf SockAddrInet6 {} = 10
 familyOf SockAddrUnix {} = 1
 
 withAddress :: SockAddr -> (Ptr () -> CInt -> IO a) -> IO a
-withAddress addr act = allocaBytes addressSpace $ \p -> do
+withAddress addr act = allocaBytes addressRoom $ \p -> do
   pokeSocketAddress (castPtr p) addr
   act p (fromIntegral (sizeOfSocketAddress addr))
-
--- | Room for any socket address (@sizeof(struct sockaddr_storage)@).
-addressSpace :: Int
-addressSpace = 128
 
 -- | Accept a connection: a new socket and the peer's address. Blocks (in
 -- weft) until one comes. Throws an 'IOError' on failure, e.g. @EMFILE@ when
@@ -483,7 +479,7 @@ discardInput s allowed = allocaBytes chunk $ \p ->
 
 -- | The address the socket is bound to.
 localAddress :: Socket -> IO SockAddr
-localAddress s = allocaBytes addressSpace $ \p -> with (fromIntegral addressSpace) $ \lenp -> do
+localAddress s = allocaBytes addressRoom $ \p -> with (fromIntegral addressRoom) $ \lenp -> do
   let Fd fd = socketFd s
   _ <- throwIfNegative "getsockname" (c_local_addr fd p lenp)
   peekSocketAddress (castPtr p)
@@ -513,7 +509,7 @@ sendTo s bs addr = BU.unsafeUseAsCStringLen bs $ \(p, n) -> withAddress addr $ \
 recvFrom :: Socket -> Int -> IO (B.ByteString, SockAddr)
 recvFrom s n
   | n <= 0 = throwIO (invalid "recvFrom" "the byte count must be positive")
-  | otherwise = allocaBytes addressSpace $ \addrp -> with (fromIntegral addressSpace) $ \lenp -> do
+  | otherwise = allocaBytes addressRoom $ \addrp -> with (fromIntegral addressRoom) $ \lenp -> do
       let loop p = do
             r <- recvFromRaw s p n addrp lenp
             if r >= 0 then return (fromIntegral r) else retryOrThrow "recvFrom" Reading s r (loop p)
@@ -530,7 +526,7 @@ recvFromMany s count0 size
   | otherwise = do
       let count = min 64 count0
       buf <- BI.mallocByteString (count * size)
-      allocaBytes (count * 4) $ \lens -> allocaBytes (count * addressSpace) $ \addrs ->
+      allocaBytes (count * 4) $ \lens -> allocaBytes (count * addressRoom) $ \addrs ->
         withForeignPtr buf $ \p -> do
           let loop = do
                 r <- recvManyRaw s p size count lens addrs
@@ -538,7 +534,7 @@ recvFromMany s count0 size
           got <- loop
           forM [0 .. got - 1] $ \i -> do
             len <- peekElemOff lens i :: IO CInt
-            addr <- peekSocketAddress (castPtr (addrs `plusPtr` (i * addressSpace)))
+            addr <- peekSocketAddress (castPtr (addrs `plusPtr` (i * addressRoom)))
             return (BI.PS buf (i * size) (min size (fromIntegral len)), addr)
 
 ------------------------------------------------------------------------------

@@ -230,22 +230,25 @@ takeKept s list split = do
 -- the end of the stream. Throws as the receive itself would, and @EBADF@
 -- if the socket is closed meanwhile.
 receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
-receiveOnRing s n = withRing "recv" s (\_ -> return True) $ \c open wake ->
-  let !fd = socketFd s; !trk = sockTracker s in complRecv c open wake fd n trk
+receiveOnRing s n = withRing "recv" s (\_ -> return True) $ \c open wake fd trk ->
+  complRecv c open wake fd n trk
 
 -- | Run a request on the ring of the caller's manager, if its backend
 -- performs completions and the manager is fit ('Nothing' if not), given
--- how to submit while the socket is open and how to wake the manager;
--- its result as 'ringResult' makes it.
-withRing :: String -> Socket -> (Manager -> IO Bool) -> (Completions -> (IO Bool -> IO (Maybe Bool)) -> IO () -> IO (RingResult a)) -> IO (Maybe a)
+-- how to submit while the socket is open, how to wake the manager, the
+-- socket's fd and its tracker; its result as 'ringResult' makes it.
+withRing :: String -> Socket -> (Manager -> IO Bool)
+         -> (Completions -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Tracker -> IO (RingResult a))
+         -> IO (Maybe a)
 withRing loc s fit request = do
   mgr <- getSystemManager
   case backendCompletions (mgrBackend mgr) of
     Nothing -> return Nothing
     Just c -> do
       go <- fit mgr
-      if not go then return Nothing else
-        request c (whileOpen s) (wakeManager mgr) >>= ringResult loc s
+      if not go then return Nothing else do
+        let !fd = socketFd s; !trk = sockTracker s
+        request c (whileOpen s) (wakeManager mgr) fd trk >>= ringResult loc s
 {-# INLINE withRing #-}
 
 -- | A connection that a listener's accept on a ring, cancelled by an
@@ -268,8 +271,8 @@ takeAccepted s = takeKept s trkAccepted $ \l -> case l of
 -- @EBADF@ if the listener is closed meanwhile.
 acceptOnRing :: Socket -> ForeignPtr () -> IO (Maybe CInt)
 acceptOnRing s address = fmap (\(Fd fd) -> fd) <$>
-  withRing "accept" s (\_ -> return True) (\c open wake ->
-    let !fd = socketFd s; !trk = sockTracker s in complAccept c open wake fd address trk)
+  withRing "accept" s (\_ -> return True) (\c open wake fd trk ->
+    complAccept c open wake fd address trk)
 
 -- | Run an action as a guarded syscall runs (counted in the guard's use
 -- word, which a close waits to drain): 'Nothing', without running it, if
@@ -304,10 +307,9 @@ settleSend s = do
 -- the socket is closed meanwhile.
 sendOnRing :: Bool -> String -> Socket -> Outgoing -> IO (Maybe Int)
 sendOnRing always loc s out =
-  withRing loc s (\mgr -> if always then return True else not <$> managerBlocked mgr) $ \c open wake -> do
+  withRing loc s (\mgr -> if always then return True else not <$> managerBlocked mgr) $ \c open wake fd trk -> do
     -- A sender interrupted meanwhile may have left one in flight.
     settleSend s
-    let !fd = socketFd s; !trk = sockTracker s
     complSend c open wake fd always out trk
 
 -- | A request's result; 'Nothing' if the ring was busy with another

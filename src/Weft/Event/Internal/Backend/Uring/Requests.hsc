@@ -336,7 +336,7 @@ onRing t whileOpen wake !fd !len !op !trk = mask $ \restore -> do
   frs <- FT.lookupOrCreate (tblReqs t) (fromIntegral fd)
   let !sending = case op of OpSend {} -> True; _ -> False
       !req = if sending then frSend frs else frRecv frs
-  submitted <- whileOpen (claimAndSubmit t req sending len op trk)
+  submitted <- whileOpen (claimAndSubmit t req len op trk)
   case submitted of
     Nothing -> return Closed
     Just False -> return Busy
@@ -381,10 +381,10 @@ claimSlot (IORef (STRef ref)) mark = IO $ \s0 -> case readMutVar## ref s0 of
 -- | Take the socket's slot and the request, and submit it; whether it
 -- was free. Run under the socket's guard ('onRing'). (A function of its
 -- own so that the action handed to the guard is a small closure.)
-claimAndSubmit :: Table -> Req -> Bool -> Int -> Op -> Tracker -> IO Bool
-claimAndSubmit t req sending len op trk = do
+claimAndSubmit :: Table -> Req -> Int -> Op -> Tracker -> IO Bool
+claimAndSubmit t req len op trk = do
   let w = reqWords req
-      slot = if sending then trkSending trk else trkReceiving trk
+      slot = slotOf req trk
   claimed <- claimSlot slot (reqInflight req)
   free <- if claimed then (== 0) <$> casCounter w rwUsed 0 1 else return False
   if free
@@ -403,6 +403,11 @@ claimAndSubmit t req sending len op trk = do
     else when claimed $ writeIORef slot Nothing
   return free
 {-# NOINLINE claimAndSubmit #-}
+
+-- | The socket's slot a request occupies: its sending or its receiving one.
+slotOf :: Req -> Tracker -> IORef (Maybe Inflight)
+slotOf req = if reqIsSend req then trkSending else trkReceiving
+{-# INLINE slotOf #-}
 
 -- | Empty a request's done cell and give the request back for the next
 -- one (Note [Reused requests]).
@@ -533,7 +538,7 @@ complete t req out = do
   if st == sCancelled then keep t req False out else return ()
   writeCounter w rwState sResolved
   -- Resolved: the socket's slot is free, and whoever waits for that may go on.
-  writeIORef (if reqIsSend req then trkSending trk else trkReceiving trk) Nothing
+  writeIORef (slotOf req trk) Nothing
   _ <- addCounter (tblCounts t) cInflight (-1)
   _ <- tryPutMVar (reqResolved req) ()
   if st == sCancelled
