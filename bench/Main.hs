@@ -7,11 +7,13 @@ import Data.Time.Clock (getCurrentTime)
 import System.Environment (getArgs)
 import System.Exit (exitFailure)
 import System.IO
+import System.FilePath ((</>))
 
 import Bench.Kv (kvMain)
 import Bench.Color (colorChild, colorMain)
 import Bench.Net
 import Bench.Packet (packetMain, packetModelChild)
+import Bench.Report (resultsRoot)
 import Bench.Spin (spinBench, spinBenchWithoutWait)
 import Bench.Sws (parseSwsArgs, swsBench)
 import Bench.Timers (timersChild, timersMain)
@@ -71,7 +73,7 @@ main = do
         , "  all     everything, then bench-results/summary.md"
         , ""
         , "Default: 3 repetitions of 1.5 s runs (what make bench runs); --long: 5 of 5 s."
-        , "Results, CSV and plots go to bench-results/."
+        , "Results, CSV and plots go to bench-results/ (or $WEFT_BENCH_RESULTS)."
         ]
       exitFailure
 
@@ -104,10 +106,10 @@ runAll st = do
         (m : _) -> m
         [] -> "unknown CPU"
       cores = length [ () | l <- lines machine, take 9 l == "processor" ]
-  writeFile "bench-results/summary.md" $ unlines
+  writeFile (resultsRoot </> "summary.md") $ unlines
     [ "# weft-bench all", ""
     , "Run started " ++ show started ++ " on " ++ show cores ++ " cores (" ++ model ++ "); "
       ++ show (setReps st) ++ " repetitions of " ++ show (setDuration st) ++ " s per cell, arms interleaved."
     , "Servers on core 0, load generators on core 1 (-N2 servers get both cores). Medians; ratios of medians."
     , "" ] ++ unlines sections
-  putStrLn "\nsummary: bench-results/summary.md"
+  putStrLn ("\nsummary: " ++ resultsRoot ++ "/summary.md")

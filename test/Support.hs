@@ -1,3 +1,4 @@
+{-# LANGUAGE CPP #-}
 -- | Helpers shared by weft's tests: pipes, byte I/O, bounded waiting and
 -- leak counters.
 module Support
@@ -16,6 +17,7 @@ module Support
   , withFdHeadroom
   , forkResult
   , isBadFd
+  , openReadOnly
   ) where
 
 import Control.Concurrent
@@ -147,10 +149,19 @@ withFdHeadroom n act = do
   lim <- getResourceLimit ResourceOpenFiles
   highest <- maximum . map read <$> listDirectory "/proc/self/fd"
   let fill acc = do
-        fd <- openFd "/dev/null" ReadOnly Nothing defaultFileFlags
+        fd <- openReadOnly "/dev/null"
         if fd < Fd highest then fill (fd : acc) else closeFd fd >> return (fd, acc)
   (Fd firstFree, fillers) <- fill []
   let lift = setResourceLimit ResourceOpenFiles lim
   (`finally` (lift >> mapM_ closeFd fillers)) $ do
     setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + fromIntegral n) }
     act lift
+
+-- | Open a file for reading. (unix 2.8 moved the creation mode into the
+-- flags.)
+openReadOnly :: FilePath -> IO Fd
+#if MIN_VERSION_unix(2,8,0)
+openReadOnly path = openFd path ReadOnly defaultFileFlags
+#else
+openReadOnly path = openFd path ReadOnly Nothing defaultFileFlags
+#endif

@@ -156,7 +156,7 @@ record st r = do
     if sq `shiftR` 3 < size
       then pure bm
       else do
-        let size' = head [ s | s <- iterate (* 2) size, sq `shiftR` 3 < s ]
+        let size' = until (\s -> sq `shiftR` 3 < s) (* 2) (max 1 size)
         bm' <- newByteArray size'
         setByteArray bm' 0 size' (0 :: Word8)
         copyMutableByteArray bm' 0 bm 0 size

@@ -91,6 +91,7 @@ import Text.Printf (printf)
 
 import Bench.Atomic
 import Bench.Options
+import System.FilePath ((</>))
 import Bench.Report
 import Weft.Color
 
@@ -181,8 +182,8 @@ childRts :: Options -> [String]
 childRts o = [ "+RTS", "-N2" ] ++ [ "-A" ++ optNursery o | optNursery o /= "default" ] ++ [ "-RTS" ]
 
 csvPath, runsPath :: FilePath
-csvPath = "bench-results/color.csv"
-runsPath = "bench-results/color-runs.dat"
+csvPath = resultsRoot </> "color.csv"
+runsPath = resultsRoot </> "color-runs.dat"
 
 -- | Run the selected benchmarks, print one table per benchmark and the
 -- targets, write the CSV; return the tables and target lines.
@@ -191,7 +192,7 @@ colorMain args = do
   opts <- parseOptions args
   let chosen = [ b | b <- benches, bName b `elem` optOnly opts ]
   exe <- getExecutablePath
-  createDirectoryIfMissing True "bench-results"
+  createDirectoryIfMissing True resultsRoot
   writeFile runsPath ""
   writeCsv csvPath csvHeader []
   started <- getMonotonicTimeNSec
@@ -417,7 +418,7 @@ result kvs = putStrLn (unwords ("result" : [ k ++ "=" ++ show v | (k, v) <- kvs,
 
 -- | The smallest power of two above the colors a workload uses.
 colorSpace :: Int -> Int
-colorSpace n = head [ p | p <- iterate (* 2) 1024, p > n ]
+colorSpace n = until (> n) (* 2) 1024
 
 ------------------------------------------------------------------------------
 -- Work calibration
@@ -671,7 +672,7 @@ unbalancedRun cal cores config balanced warm secs = do
       n = if balanced then perCore else roundEvents
       -- One work sequence, the same for every policy: 2% long events,
       -- 10k-50k cycles, the rest 100 cycles.
-      draws = take n (tail (iterate xorshift 0x2545F4914F6CDD1D))
+      draws = take n (drop 1 (iterate xorshift 0x2545F4914F6CDD1D))
       cyclesOf r
         | r `mod` 50 == 0 = 10_000 + fromIntegral ((r `shiftR` 8) `mod` 40_001)
         | otherwise = 100 :: Double

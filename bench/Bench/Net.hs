@@ -50,7 +50,7 @@ import Control.Monad
 import Data.IORef
 import Data.List (groupBy, intercalate, isPrefixOf, nub)
 import qualified Data.Map.Strict as Map
-import Data.Maybe (fromMaybe)
+import Data.Maybe (fromMaybe, listToMaybe)
 import qualified Network.Socket as N
 import System.Directory
 import System.Environment (getExecutablePath)
@@ -127,7 +127,7 @@ startServerOn label cores port argv = do
   let cmd = "taskset" : "-c" : cores : argv
   logPath <- (</> ("server-" ++ label ++ ".log")) <$> resultsDir
   logH <- openFile logPath WriteMode
-  (_, _, _, ph) <- createProcess (proc (head cmd) (tail cmd))
+  (_, _, _, ph) <- createProcess (commandLine cmd)
     { std_in = NoStream, std_out = UseHandle logH, std_err = UseHandle logH }
   pid <- maybe (die' ("could not start " ++ unwords cmd)) (return . fromIntegral) =<< getPid ph
   let server = Server ph pid port
@@ -183,13 +183,17 @@ rssKiB :: Int -> IO Double
 rssKiB pid = do
   status <- readFile ("/proc/" ++ show pid ++ "/status")
   let rss = [ read (words l !! 1) | l <- lines status, "VmRSS:" `isPrefixOf` l ]
-  length status `seq` return (fromMaybe 0 (safeHead rss))
-  where safeHead xs = if null xs then Nothing else Just (head xs)
+  length status `seq` return (fromMaybe 0 (listToMaybe rss))
+
+-- | A process from a command line, program first.
+commandLine :: [String] -> CreateProcess
+commandLine (prog : args) = proc prog args
+commandLine [] = error "weft-bench: an empty command line"
 
 resultsDir :: IO FilePath
 resultsDir = do
-  createDirectoryIfMissing True "bench-results"
-  return "bench-results"
+  createDirectoryIfMissing True resultsRoot
+  return resultsRoot
 
 -- | Let this process and its children open as many fds as allowed.
 raiseFdLimit :: IO Integer
@@ -224,7 +228,7 @@ measure srv warmup duration clientCmd = do
 -- and the server's RSS halfway through. Exits if the client fails.
 measureOutput :: Server -> Double -> Double -> [String] -> IO (String, Double, Double)
 measureOutput srv warmup duration clientCmd = do
-  (_, Just out, Just err, ph) <- createProcess (proc (head clientCmd) (tail clientCmd))
+  (_, Just out, Just err, ph) <- createProcess (commandLine clientCmd)
     { std_out = CreatePipe, std_err = CreatePipe }
   errText <- newEmptyMVar
   _ <- forkIO (hGetContents err >>= \t -> length t `seq` putMVar errText t)
@@ -340,7 +344,7 @@ plot name script = do
 linePlot :: String -> String -> String -> String -> String -> [String] -> [String] -> Int -> Bool -> String
 linePlot output name title xlabel ylabel groups arms column logY = unlines $
   [ "set terminal pngcairo size 900,560"
-  , "set output 'bench-results/" ++ output ++ ".png'"
+  , "set output '" ++ resultsRoot ++ "/" ++ output ++ ".png'"
   , "set title '" ++ title ++ "'"
   , "set xlabel '" ++ xlabel ++ "'", "set ylabel '" ++ ylabel ++ "'"
   , "set key top left", "set grid"
@@ -348,7 +352,7 @@ linePlot output name title xlabel ylabel groups arms column logY = unlines $
   , "set yrange [0:*]" ]
   ++ [ "set logscale y" | logY ]
   ++ [ "plot " ++ intercalate ", "
-       [ "'bench-results/" ++ name ++ "-medians.dat' using 1:" ++ show (2 + 4 * ai + column)
+       [ "'" ++ resultsRoot ++ "/" ++ name ++ "-medians.dat' using 1:" ++ show (2 + 4 * ai + column)
          ++ " with linespoints lw 2 title '" ++ a ++ "'"
        | (ai, a) <- zip [0 :: Int ..] arms ] ]
 
@@ -412,7 +416,7 @@ echoBench st = do
     t <- report "echo" ["1 conn"] arms False res
     plot "echo-cdf" $ unlines
       [ "set terminal pngcairo size 900,560"
-      , "set output 'bench-results/echo-cdf.png'"
+      , "set output '" ++ resultsRoot ++ "/echo-cdf.png'"
       , "set title 'Echo round-trip latency CDF (last repetition)'"
       , "set xlabel 'round-trip time (us)'", "set ylabel 'fraction of round trips'"
       , "set key bottom right", "set grid", "set xrange [0:100]", "set yrange [0:1]"

@@ -164,7 +164,7 @@ cpuJiffies :: Int -> IO (Integer, Integer)
 cpuJiffies cpu = do
   s <- readFile "/proc/stat"
   let name = "cpu" ++ show cpu
-  case [ map read (tail ws) | l <- lines s, let ws = words l, take 1 ws == [name] ] of
+  case [ map read (drop 1 ws) | l <- lines s, let ws = words l, take 1 ws == [name] ] of
     ((user : nice : sys : idle : iowait : irq : softirq : rest) : _) ->
       length s `seq` pure ( user + nice + sys + irq + softirq + take1 rest
                           , user + nice + sys + idle + iowait + irq + softirq + take1 rest )

@@ -2,7 +2,8 @@
 -- | Shared helpers for weft-bench: process CPU time, medians, tables, CSV,
 -- option lists, pinned child processes.
 module Bench.Report
-  ( processCpuMicros
+  ( resultsRoot
+  , processCpuMicros
   , xorshift
   , splitOn
   , median
@@ -29,7 +30,15 @@ import Foreign.Marshal.Alloc (allocaBytes)
 import Foreign.Ptr (Ptr)
 import Foreign.Storable (peekByteOff)
 import System.Directory (createDirectoryIfMissing)
+import System.Environment (lookupEnv)
 import System.FilePath (takeDirectory)
+import System.IO.Unsafe (unsafePerformIO)
+
+-- | The directory results go to: @$WEFT_BENCH_RESULTS@, or @bench-results@
+-- (so that a run on another compiler keeps its own).
+{-# NOINLINE resultsRoot #-}
+resultsRoot :: FilePath
+resultsRoot = unsafePerformIO (maybe "bench-results" id <$> lookupEnv "WEFT_BENCH_RESULTS")
 
 -- | CPU time of all this process's threads so far, in microseconds, from
 -- @clock_gettime(CLOCK_PROCESS_CPUTIME_ID)@: @/proc/self/stat@ counts in

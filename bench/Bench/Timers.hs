@@ -71,6 +71,7 @@ import qualified System.Timeout as GHC (timeout)
 import Text.Printf (printf)
 
 import Bench.Options
+import System.FilePath ((</>))
 import Bench.Report
 import qualified Weft
 import qualified Weft.Event as E
@@ -174,7 +175,7 @@ timersMain args = do
       caps = optCaps opts
   exe <- getExecutablePath
   hSetBuffering stdout LineBuffering
-  createDirectoryIfMissing True "bench-results"
+  createDirectoryIfMissing True resultsRoot
   writeFile runsPath ""
   writeCsv csvPath tableHeader []
   started <- getMonotonicTimeNSec
@@ -235,9 +236,9 @@ timersMain args = do
   return tables
 
 csvPath, runsPath, delayDatPath :: FilePath
-csvPath = "bench-results/timers.csv"
-runsPath = "bench-results/timers-runs.dat"
-delayDatPath = "bench-results/timers-threaddelay.dat"
+csvPath = resultsRoot </> "timers.csv"
+runsPath = resultsRoot </> "timers-runs.dat"
+delayDatPath = resultsRoot </> "timers-threaddelay.dat"
 
 -- | "met" or "missed" against a ratio target.
 target :: String -> Double -> Double -> String
@@ -376,7 +377,7 @@ plotDelay opts res = do
     [ unwords (show n : [ med n c a | (c, a) <- cols ]) | n <- optDelayThreads opts ]
   let script = unlines
         [ "set terminal pngcairo size 900,560"
-        , "set output 'bench-results/timers-threaddelay.png'"
+        , "set output '" ++ resultsRoot ++ "/timers-threaddelay.png'"
         , "set title 'threadDelay scaling: N threads x threadDelay 1, first fork to last increment (median)'"
         , "set xlabel 'threads (N)'", "set ylabel 'wall time (ms)'"
         , "set logscale xy", "set key top left", "set grid", "set datafile missing '?'"
@@ -387,12 +388,12 @@ plotDelay opts res = do
             [ "'" ++ delayDatPath ++ "' using 1:" ++ show (i + 2) ++ " with linespoints lw 2 title '"
               ++ armName a ++ " -N" ++ show c ++ "'"
             | (i, (c, a)) <- zip [0 :: Int ..] cols ] ]
-      gp = "bench-results/timers-threaddelay.gp"
+      gp = resultsRoot </> "timers-threaddelay.gp"
   writeFile gp script
   r <- try (callProcess "gnuplot" [gp])
   case r of
     Left (e :: SomeException) -> hPutStrLn stderr ("weft-bench: no plot for timers-threaddelay: " ++ show e)
-    Right () -> putStrLn ("plot: bench-results/timers-threaddelay.png (data: " ++ delayDatPath ++ ")")
+    Right () -> putStrLn ("plot: " ++ resultsRoot ++ "/timers-threaddelay.png (data: " ++ delayDatPath ++ ")")
 
 ------------------------------------------------------------------------------
 -- The child

@@ -12,7 +12,8 @@ import Control.Concurrent
 import Control.Exception (evaluate)
 import Control.Monad
 import Data.IORef
-import Data.List (intercalate)
+import Data.List (find, intercalate)
+import Data.Maybe (fromMaybe)
 import qualified Data.Map.Strict as Map
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..), CSize (..))
@@ -29,6 +30,7 @@ import System.Process
 import Text.Printf (printf)
 
 import Bench.Options
+import System.FilePath ((</>))
 import Bench.Report
 import qualified Weft
 import qualified Weft.Event as E
@@ -96,12 +98,12 @@ waitMain args = do
                , "waits/s vs ghc", "CPU/wait saving vs ghc" ]
   putStrLn ""
   putStr (renderTable header rows)
-  writeCsv "bench-results/wait.csv" header rows
+  writeCsv (resultsRoot </> "wait.csv") header rows
   putStrLn "\n(waits/s: higher is better; CPU us/wait is the process CPU time of all threads; ratios of medians against ghc;"
   putStrLn " weft-fixed is weft with WEFT_SPIN_POLICY=fixed, the fixed 50 us spin window of earlier versions;"
   putStrLn " weft-mio is weft with WEFT_SPIN_US=0, i.e. the plain Mio dispatcher loop;"
   putStrLn " weft-uring is weft with WEFT_BACKEND=uring; the other weft arms run on epoll)"
-  putStrLn "CSV: bench-results/wait.csv"
+  putStrLn ("CSV: " ++ resultsRoot ++ "/wait.csv")
   return (renderTable header rows)
 
 parseChild :: String -> Either String Result
@@ -114,7 +116,7 @@ parseChild out = case [ l | l <- lines out, take 7 l == "result " ] of
 -- | The child: one timed run of one arm at the RTS's @-N@.
 waitChild :: [String] -> IO ()
 waitChild [armStr, tripsStr] = do
-  let arm = head ([ a | a <- [minBound .. maxBound], armName a == armStr ] ++ [GhcArm])
+  let arm = fromMaybe GhcArm (find ((== armStr) . armName) [minBound .. maxBound])
       trips = read tripsStr :: Int
       wait = if arm == GhcArm then GHC.threadWaitRead else Weft.threadWaitRead
   caps <- getNumCapabilities

@@ -257,7 +257,7 @@ runStress m p load = do
       events = length (concat jobs')
   probe <- newProbe 4096 events
   dones <- forM jobs' $ \jobs -> do
-    (_, done) <- forkResult (jobPoster (head jobs) `mod` 2) $
+    (_, done) <- forkResult (sum (map jobPoster (take 1 jobs)) `mod` 2) $
       forM_ jobs $ \j -> post rt (jobColor j) (handler "stress") $
         probed probe (jobColor j) (jobId j) (burn (jobUnits j))
     return done

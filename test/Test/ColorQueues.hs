@@ -7,7 +7,7 @@ module Test.ColorQueues (spec) where
 
 import Control.Monad
 import Data.IORef
-import Data.List (foldl')
+import qualified Data.List as L
 import qualified Data.IntMap.Strict as IM
 import Test.Hspec
 import Test.QuickCheck hiding (total, (==>))
@@ -173,7 +173,7 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
                                , mRunning = IM.insert k ec (mRunning m)
                                , mWork = IM.insert ec (if drained then 0 else max 0 (mWork m ! ec - sum (map snd taken))) (mWork m) }
                         m2 = case layout of
-                          SingleList -> m1 { mRing = IM.adjust tail k (mRing m1) }
+                          SingleList -> m1 { mRing = IM.adjust (drop 1) k (mRing m1) }
                           ColorQueues | drained -> m1 { mList = IM.adjust (filter (/= ec)) k (mList m1) }
                                       | otherwise -> m1
                     writeIORef model m2
@@ -274,7 +274,7 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
   where
     infixr 0 ==>
     cond ==> msg = if cond then Just msg else Nothing
-    firstJust = foldl' (\acc x -> maybe x Just acc) Nothing
+    firstJust = L.foldl' (\acc x -> maybe x Just acc) Nothing
     -- Split a list into the elements that satisfy p and the rest, keeping
     -- the order of both.
     span' p xs = (filter p xs, filter (not . p) xs)

@@ -20,7 +20,7 @@ import qualified Network.Socket.ByteString as NB
 import qualified System.Timeout as GHC
 import System.Directory (getTemporaryDirectory, removeFile)
 import System.FilePath ((</>))
-import System.Posix.IO (OpenMode (ReadOnly), closeFd, defaultFileFlags, openFd)
+import System.Posix.IO (closeFd)
 import Test.Hspec
 
 import Support
@@ -420,7 +420,7 @@ spec kind = describe "Weft.Net" $ do
           from = 12345
           count = B.length content - from - 100
       B.writeFile path content
-      (`finally` removeFile path) $ bracket (openFd path ReadOnly Nothing defaultFileFlags) closeFd $ \fd -> do
+      (`finally` removeFile path) $ bracket (openReadOnly path) closeFd $ \fd -> do
         sender <- async $ do
           W.sendManyMore c [BC.pack "head", BC.pack "er:"]
           let go off left = when (left > 0) $ do

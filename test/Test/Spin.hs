@@ -2,7 +2,7 @@
 -- (Note [Adaptive spinning] in "Weft.Event.Internal.Spin").
 module Test.Spin (spec) where
 
-import Data.List (foldl')
+import qualified Data.List as L
 import Data.Word (Word64)
 import Test.Hspec
 import Test.QuickCheck
@@ -23,7 +23,7 @@ instance Arbitrary Cap where
   arbitrary = Cap <$> frequency [(1, pure 0), (2, pure 50000), (4, fromIntegral <$> choose (1 :: Int, 200000))]
 
 feed :: SpinPolicy -> [Spell] -> SpinPolicy
-feed = foldl' (\p (Spell spun len) -> endSpell spun len p)
+feed = L.foldl' (\p (Spell spun len) -> endSpell spun len p)
 
 spec :: Spec
 spec = describe "Weft.Event.Internal.Spin" $ do

@@ -1,4 +1,8 @@
 {-# LANGUAGE BangPatterns, OverloadedStrings #-}
+-- The command table's plans match the argument lists their arity admits;
+-- "Kv.Plan" checks the arity before a plan runs, so those patterns are
+-- complete in use though not in type.
+{-# OPTIONS_GHC -Wno-incomplete-uni-patterns #-}
 -- | weft-kv's commands: what each does, and on which keys.
 --
 -- 'plan' turns a decoded command into a 'Plan' on the connection's color:

@@ -45,6 +45,7 @@ import qualified Data.ByteString.Unsafe as BU
 import Weft.Net (byteAt)
 import Data.Word (Word8, Word64)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
+import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (poke)
 
@@ -334,7 +335,7 @@ encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
 
     -- (Not withForeignPtr: Note [Reading bytes without keepAlive#].)
     copy p (BI.PS fp off len) = do
-      unsafeWithForeignPtr fp (\src -> BI.memcpy p (src `plusPtr` off) len)
+      unsafeWithForeignPtr fp (\src -> copyBytes p (src `plusPtr` off) len)
       return (p `plusPtr` len)
     crlf p = poke p (13 :: Word8) >> poke (p `plusPtr` 1) (10 :: Word8) >> return (p `plusPtr` 2)
 
@@ -401,7 +402,7 @@ joinLatestFirst total strings = BI.unsafeCreate total (\p -> go (p `plusPtr` tot
     go _ [] = return ()
     go end (BI.PS fp off len : rest) = do
       let at = end `plusPtr` negate len
-      unsafeWithForeignPtr fp (\src -> BI.memcpy at (src `plusPtr` off) len)
+      unsafeWithForeignPtr fp (\src -> copyBytes at (src `plusPtr` off) len)
       go at rest
 
 -- | An integer in decimal, as redis stores and writes it.

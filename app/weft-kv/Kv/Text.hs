@@ -81,7 +81,9 @@ formatDouble d
     r = toRational (abs d)
     -- The decimal exponent e with 10^e <= r < 10^(e+1).
     e0 = let guess = floor (logBase 10 (abs d) :: Double) :: Int
-         in head ([ g | g <- [guess + 1, guess, guess - 1], 10 ^^ g <= r ] ++ [guess - 2])
+         in case [ g | g <- [guess + 1, guess, guess - 1], 10 ^^ g <= r ] of
+              g : _ -> g
+              [] -> guess - 2
     -- 17 significant digits, rounded half to even as glibc's printf does.
     scaled = round (r * 10 ^^ (16 - e0)) :: Integer
     (digits, e) = if scaled >= 10 ^ (17 :: Int) then (scaled `quot` 10, e0 + 1) else (scaled, e0)

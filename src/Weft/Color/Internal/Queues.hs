@@ -164,7 +164,7 @@ gStealCost = 0
 -- is rounded up to a power of two.
 newQueues :: Layout -> Bool -> Int -> Int -> Int -> IO Queues
 newQueues layout timeLeft cores colors0 batch = do
-  let colors = head [ p | p <- iterate (* 2) 1, p >= max 1 colors0 ]
+  let colors = until (>= colors0) (* 2) 1
       int32s v = do
         a <- newPrimArray colors
         setPrimArray a 0 colors v
@@ -486,8 +486,8 @@ chooseLibasync :: Queues -> Int -> IO Int
 chooseLibasync q v = do
   Ring _ cols h size <- readIORef (indexArray (qRings q) v)
   running <- rd q v wRunning
-  let cap = sizeofMutablePrimArray cols
-      go :: Int -> IO Int
+  cap <- getSizeofMutablePrimArray cols
+  let go :: Int -> IO Int
       go i
         | i >= size = return (-1)
         | otherwise = do

@@ -55,7 +55,9 @@ availableBackendKinds = [PollBackend]
 
 -- | epoll where available, else poll.
 defaultBackendKind :: BackendKind
-defaultBackendKind = head availableBackendKinds
+defaultBackendKind = case availableBackendKinds of
+  kind : _ -> kind
+  [] -> PollBackend
 
 -- | Parse @"epoll"@, @"poll"@ or @"uring"@.
 parseBackendKind :: String -> Maybe BackendKind

@@ -67,7 +67,7 @@ lookupOrCreate t i = do
       | otherwise -> withMVar (ftLock t) $ \_ -> do
           arr0 <- readIORef (ftSlots t)
           arr <- if i < sizeofMutableArray arr0 then return arr0 else do
-            let cap = head [ c | c <- iterate (* 2) (sizeofMutableArray arr0), c > i ]
+            let cap = until (> i) (* 2) (max 1 (sizeofMutableArray arr0))
             bigger <- newArray cap Nothing
             copyMutableArray bigger 0 arr0 0 (sizeofMutableArray arr0)
             writeIORef (ftSlots t) bigger

@@ -52,7 +52,7 @@ import Weft.Internal.Error (unsupported)
 
 {-# NOINLINE systemRef #-}
 systemRef :: IORef (Array (Maybe Manager))
-systemRef = unsafePerformIO (newIORef (fromListN 0 []))
+systemRef = unsafePerformIO (newIORef (arrayFromListN 0 []))
 
 -- | Held while managers are made or shut down; holds the chosen backend
 -- ('Nothing': read @WEFT_BACKEND@ when the first manager is made).
@@ -89,7 +89,7 @@ start cap = do
             at i | i == cap = Just m
                  | i < sizeofArray arr = indexArray arr i
                  | otherwise = Nothing
-        writeIORef systemRef (fromListN size (map at [0 .. size - 1]))
+        writeIORef systemRef (arrayFromListN size (map at [0 .. size - 1]))
         return (Just kind', m)
 
 -- | A manager of the given kind, or of the default kind if the kernel
@@ -150,7 +150,7 @@ shutdownSystemManagers = modifyMVar_ systemLock $ \chosen -> stopAll >> return c
 stopAll :: IO ()
 stopAll = do
   mgrs <- systemManagers
-  writeIORef systemRef (fromListN 0 [])
+  writeIORef systemRef (arrayFromListN 0 [])
   mapM_ shutdownManager mgrs
 
 -- | 'GHC.Conc.setNumCapabilities', then wake every manager so that each

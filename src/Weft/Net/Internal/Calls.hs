@@ -20,14 +20,14 @@ import Foreign.C.Types
 import Foreign.ForeignPtr (ForeignPtr, touchForeignPtr, withForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
-import Foreign.Marshal.Utils (with)
+import Foreign.Marshal.Utils (copyBytes, with)
 import Foreign.Ptr
 import Weft.Internal.Error (invalidArgument)
 import Foreign.Storable
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import Network.Socket.Address (SocketAddress (..))
-import Data.Primitive.Array (Array, fromListN, indexArray, sizeofArray)
+import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
@@ -182,7 +182,7 @@ recv s n
     loop = do
       r <- withScratch $ \p -> do
         k <- S.recvBuf s p n
-        if k > 0 then Right <$> BI.create (fromIntegral k) (\d -> BI.memcpy d p (fromIntegral k))
+        if k > 0 then Right <$> BI.create (fromIntegral k) (\d -> copyBytes d p (fromIntegral k))
           else return (Left k)
       case r of
         Right bs -> return bs
@@ -210,7 +210,7 @@ recvBuf s p n = takeLeftover s n >>= maybe fresh copyIn
       if r > 0 then return (fromIntegral r)
       else if r == 0 then 0 <$ endOfStream s
       else retryOrThrow "recv" Reading s r loop
-    copyIn b = BU.unsafeUseAsCStringLen b $ \(src, k) -> k <$ BI.memcpy p (castPtr src) k
+    copyIn b = BU.unsafeUseAsCStringLen b $ \(src, k) -> k <$ copyBytes p (castPtr src) k
 
 -- | What a receive on the ring brought: the end of the stream (empty:
 -- as 'recv' reports it, given an empty string), or bytes, for @got@.
@@ -248,7 +248,7 @@ data Scratch = Scratch !Counters !(Ptr Word8)
 
 {-# NOINLINE scratchTable #-}
 scratchTable :: IORef (Array Scratch)
-scratchTable = unsafePerformIO (newIORef (fromListN 0 []))
+scratchTable = unsafePerformIO (newIORef (arrayFromListN 0 []))
 
 -- | Make scratch buffers up to this capability's. They are never freed:
 -- one per capability for the life of the process (two threads growing the
@@ -261,7 +261,7 @@ growScratch cap = do
   atomicModifyIORef' scratchTable $ \old ->
     -- Lazy in the unused entries: only the missing ones are built.
     let keep i = if i < sizeofArray old then indexArray old i else fresh !! i
-    in if sizeofArray old > cap then (old, ()) else (fromListN (cap + 1) (map keep [0 .. cap]), ())
+    in if sizeofArray old > cap then (old, ()) else (arrayFromListN (cap + 1) (map keep [0 .. cap]), ())
 
 -- | Send some of the bytes, blocking (in weft) until the socket takes at
 -- least one; returns how many it took. Throws an 'IOError' if the peer is
@@ -403,7 +403,7 @@ tryRecv s n
       -- Note [Receiving through a scratch buffer]
       r <- withScratch $ \p -> do
         k <- S.recvBuf s p n
-        if k > 0 then (\bs -> (bs, k)) <$> BI.create (fromIntegral k) (\d -> BI.memcpy d p (fromIntegral k))
+        if k > 0 then (\bs -> (bs, k)) <$> BI.create (fromIntegral k) (\d -> copyBytes d p (fromIntegral k))
           else return (B.empty, k)
       finish r
   where
