@@ -64,10 +64,10 @@ readResp :: Bool -> Conn -> IO Resp
 readResp isHead c = do
   headBytes <- takeUntil "\r\n\r\n"
   let ls = BC.lines (B.take (B.length headBytes - 2) headBytes)
-      statusLine = head ls
+      statusLine = mconcat (take 1 ls)
       status = read (BC.unpack (BC.takeWhile (/= ' ') (BC.drop 1 (BC.dropWhile (/= ' ') statusLine))))
       headers = [ (BC.map toLower name, BC.dropWhile (== ' ') (B.drop 1 rest))
-                | l <- tail ls, let (name, rest) = BC.break (== ':') (stripCR l) ]
+                | l <- drop 1 ls, let (name, rest) = BC.break (== ':') (stripCR l) ]
       kept = [ l | l <- ls, BC.map toLower (BC.takeWhile (/= ':') l) `notElem` ["date", "last-modified"] ]
       headText = B.concat [ l <> "\n" | l <- kept ] <> "\r\n"
   body <-
@@ -81,7 +81,9 @@ readResp isHead c = do
     stripCR l = if BC.isSuffixOf "\r" l then B.init l else l
     chunks acc = do
       sizeLine <- takeUntil "\r\n"
-      let size = fst (head (readHex (BC.unpack (BC.takeWhile (/= '\r') sizeLine))))
+      size <- case readHex (BC.unpack (BC.takeWhile (/= '\r') sizeLine)) of
+        (n, _) : _ -> return n
+        [] -> throwIO (userError ("bad chunk size line: " ++ show sizeLine))
       if size == (0 :: Int)
         then do
           end <- takeUntil "\r\n"

@@ -11,24 +11,28 @@
 --
 -- > import Weft.Warp
 --
--- This module exports everything "Network.Wai.Handler.Warp" (warp 3.3)
--- exports, with the same names and types. Warp parses the requests, runs
+-- This module exports everything "Network.Wai.Handler.Warp" exports (warp
+-- 3.3.21 to 3.4), with the same names and types. Warp parses the requests, runs
 -- the application and writes the responses (HTTP\/1.1 and HTTP\/2) exactly
 -- as it always does; what changes is underneath:
 --
 -- * The listening socket is taken over by weft. Accepting waits in weft and
 --   rides out fd exhaustion (@EMFILE@, @ENFILE@) with a back-off in weft
---   instead of warp's busy retry ('Weft.Net.acceptPatiently').
+--   ('Weft.Net.acceptPatiently'), accepting again once fds are free;
+--   stock warp, by version, retries in a busy loop, stops accepting, or
+--   waits for one of its connections to close.
 -- * Each connection's 'Connection' is built on a weft socket: receives,
 --   sends, gather sends, @sendfile(2)@ for 'Network.Wai.responseFile', and
 --   the (graceful) close. None of its waits reaches GHC's I/O manager.
 -- * Connections are placed on the capabilities round-robin, by this
 --   module's 'defaultSettings' (its 'settingsFork'), and stay there.
--- * The connection timeouts ('setTimeout') run on one timeout manager per
---   capability instead of one shared by all
+-- * With warp 3.3, the connection timeouts ('setTimeout') run on one
+--   timeout manager per capability instead of one shared by all
 --   (Note [Per-capability timeout managers] in
---   "Weft.Warp.Internal.TimeoutManager"); their semantics are warp's: an
---   idle connection is closed after between one and two timeout periods.
+--   "Weft.Warp.Internal.TimeoutManager"). warp 3.4's @time-manager@ keeps
+--   its manager abstract, so there they run on warp's one manager. Either
+--   way their semantics are warp's: an idle connection is closed after
+--   between one and two timeout periods.
 --
 -- What still runs on GHC's own I/O manager and timers: warp's date-cache
 -- thread (about one 'threadDelay' a second under load), the reapers of the
@@ -89,7 +93,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import Weft.Event (startSystemManagers)
 import qualified Weft.Net as Net
 import Weft.Warp.Internal.Connection (weftConnection)
-import Weft.Warp.Internal.TimeoutManager (withTimeoutManagers)
+import Weft.Warp.Internal.TimeoutManager (withTimeouts)
 
 -- | warp's default settings, with connections forked onto the capabilities
 -- round-robin. Use it (rather than warp's) so connections are spread
@@ -163,14 +167,6 @@ runSettingsSocket set0 sock app = do
       Net.setNoDelay s True `catch` \e -> const (return ()) (e :: IOException)
       conn <- weftConnection set s
       return (conn, TCP)
-
--- | The settings with per-capability timeout managers, unless the user
--- gave a manager.
-withTimeouts :: Settings -> (Settings -> IO a) -> IO a
-withTimeouts set act = case settingsManager set of
-  Just _ -> act set
-  Nothing -> withTimeoutManagers (settingsTimeout set * 1000000) $ \mgr ->
-    act set { settingsManager = Just mgr }
 
 -- | Run the application on a free loopback port while the action runs,
 -- with 'defaultSettings'; the action gets the port. The server starts

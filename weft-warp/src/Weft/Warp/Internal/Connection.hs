@@ -1,3 +1,4 @@
+{-# LANGUAGE CPP #-}
 -- | warp's 'Connection' over a weft socket: every receive, send, gather
 -- send, file send and close of an HTTP connection goes through "Weft.Net",
 -- so each of its waits is a wait in weft (an edge-triggered watch on the
@@ -17,10 +18,18 @@ import Data.Int (Int64)
 import Foreign.Ptr (plusPtr)
 import GHC.IO.Exception (IOErrorType (..), IOException (..))
 import Network.Wai.Handler.Warp (InvalidRequest (ConnectionClosedByPeer))
+#if MIN_VERSION_warp(3,3,22)
 import Network.Wai.Handler.Warp.Internal
-  (Connection (..), FileId (..), Settings (..), allocateBuffer, bufferSize, freeBuffer)
+  (Connection (..), FileId (..), Settings (..), createWriteBuffer)
+#else
+import Network.Wai.Handler.Warp.Internal
+  (Connection (..), FileId (..), Settings (..), allocateBuffer, freeBuffer)
+#endif
 import System.Posix.IO (OpenMode (ReadOnly), closeFd, defaultFileFlags, openFd)
 import System.Posix.Types (Fd)
+#if MIN_VERSION_warp(3,3,22)
+import System.IO.Unsafe (unsafeInterleaveIO)
+#endif
 
 import Weft.Net (Socket)
 import qualified Weft.Net as Net
@@ -28,6 +37,11 @@ import qualified Weft.Net as Net
 -- | The most one 'connRecv' returns: warp's receive buffer size.
 recvChunkBytes :: Int
 recvChunkBytes = 16384
+
+-- | The size of a connection's write buffer, warp's own (warp 3.3.22 and
+-- later grow it when a response needs more).
+writeBufferBytes :: Int
+writeBufferBytes = 16384
 
 -- | A 'Connection' for a weft socket, with warp's behaviour:
 --
@@ -45,11 +59,20 @@ recvChunkBytes = 16384
 --   milliseconds when that is positive.
 --
 -- The socket is owned by the connection from here on: 'connClose' closes
--- it and 'connFree' frees the write buffer.
+-- it, and warp frees the write buffer ('connFree' on warp 3.3.21; warp
+-- frees the buffer in 'connWriteBuffer' itself from 3.3.22 on).
 weftConnection :: Settings -> Socket -> IO Connection
 weftConnection set s = do
-  writeBuffer <- allocateBuffer bufferSize
   isH2 <- newIORef False
+#if MIN_VERSION_warp(3,3,22)
+  -- warp frees the write buffer (and any bigger one it swapped in).
+  writeBuffer <- newIORef =<< createWriteBuffer writeBufferBytes
+  -- Only HTTP/2 reads it (at its start, while the socket is open), so an
+  -- HTTP/1 connection spends no getsockname(2) on it.
+  local <- unsafeInterleaveIO (Net.localAddress s)
+#else
+  writeBuffer <- allocateBuffer writeBufferBytes
+#endif
   return Connection
     { connSendMany = peerGone . Net.sendMany s
     , connSendAll = peerGone . Net.sendAll s
@@ -58,12 +81,16 @@ weftConnection set s = do
         h2 <- readIORef isH2
         let ms = if h2 then settingsGracefulCloseTimeout2 set else settingsGracefulCloseTimeout1 set
         if ms <= 0 then Net.close s else Net.gracefulClose s (ms * 1000)
-    , connFree = freeBuffer writeBuffer
     , connRecv = endIfClosed (Net.recv s recvChunkBytes)
     , connRecvBuf = \buf size -> endIfClosed' False (fill buf size)
     , connWriteBuffer = writeBuffer
-    , connBufferSize = bufferSize
     , connHTTP2 = isH2
+#if MIN_VERSION_warp(3,3,22)
+    , connMySockAddr = local
+#else
+    , connFree = freeBuffer writeBuffer
+    , connBufferSize = writeBufferBytes
+#endif
     }
   where
     fill buf size
@@ -100,7 +127,7 @@ sendFileWith s fid offset count hook headers
       unless (null headers) (Net.sendManyMore s headers)
       case fileIdFd fid of
         Just fd -> from fd
-        Nothing -> bracket (openFd (fileIdPath fid) ReadOnly Nothing defaultFileFlags) closeFd from
+        Nothing -> bracket (openReadOnly (fileIdPath fid)) closeFd from
   where
     from fd = loop fd (fromInteger offset) (fromInteger count)
     loop :: Fd -> Int64 -> Int64 -> IO ()
@@ -109,6 +136,15 @@ sendFileWith s fid offset count hook headers
       when (sent == 0) $ throwIO (shortFile (fileIdPath fid))
       hook
       loop fd (off + sent) (left - sent)
+
+-- | Open a file for reading. (unix 2.8 moved the creation mode into the
+-- flags.)
+openReadOnly :: FilePath -> IO Fd
+#if MIN_VERSION_unix(2,8,0)
+openReadOnly path = openFd path ReadOnly defaultFileFlags
+#else
+openReadOnly path = openFd path ReadOnly Nothing defaultFileFlags
+#endif
 
 shortFile :: FilePath -> IOException
 shortFile path = IOError Nothing EOF "weft-warp: sendfile" "the file ended before the range did"

@@ -1,4 +1,6 @@
--- | warp's connection timeouts, one timeout manager per capability.
+{-# LANGUAGE CPP #-}
+-- | warp's connection timeouts, one timeout manager per capability where
+-- @time-manager@ allows it.
 --
 -- Unstable: an internal module of weft-warp; use "Weft.Warp".
 --
@@ -22,28 +24,43 @@
 -- 'threadDelay': one wakeup per period per capability with connections, not
 -- per request. (Rebuilding the managers on weft's timing wheel would need
 -- to read a handle's state, which @time-manager@ does not export.)
+--
+-- The per-capability manager is a 'Reaper' that dispatches on the calling
+-- capability, which works while @time-manager@'s 'T.Manager' is a 'Reaper'
+-- (before 0.1, so warp 3.3). From 0.1 on (warp 3.4) 'T.Manager' is
+-- abstract: 'withTimeouts' leaves the settings alone and warp makes its one
+-- shared manager, with the same semantics; only registering a connection
+-- is shared across capabilities again.
 module Weft.Warp.Internal.TimeoutManager
-  ( withTimeoutManagers
-  , perCapability
+  ( withTimeouts
   ) where
 
+import Network.Wai.Handler.Warp.Internal (Settings (..))
+#if !MIN_VERSION_time_manager(0,1,0)
 import Control.Concurrent (getNumCapabilities, myThreadId, threadCapability)
 import Control.Exception (bracket)
 import Control.Monad (replicateM)
 import Control.Reaper (Reaper (..))
-import Data.Primitive.Array (Array, fromListN, indexArray, sizeofArray)
+import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import Data.Foldable (toList)
 import qualified System.TimeManager as T
+#endif
 
--- | Run the action with a timeout manager made of one @time-manager@
--- manager per capability, each with the given period in microseconds; stop
--- them all afterwards (which fires the timeouts of the connections still
--- registered, as warp does at shutdown).
-withTimeoutManagers :: Int -> (T.Manager -> IO a) -> IO a
-withTimeoutManagers us act = do
-  caps <- getNumCapabilities
-  bracket (replicateM caps (T.initialize us)) (mapM_ T.stopManager) $ \mgrs ->
-    act (perCapability (fromListN caps mgrs))
+-- | Run the action with the settings' connection timeouts on one timeout
+-- manager per capability, unless the user gave a manager or @time-manager@
+-- is 0.1 or later (Note [Per-capability timeout managers]). The managers are stopped afterwards,
+-- which fires the timeouts of the connections still registered, as warp
+-- does at shutdown.
+withTimeouts :: Settings -> (Settings -> IO a) -> IO a
+#if MIN_VERSION_time_manager(0,1,0)
+withTimeouts set act = act set
+#else
+withTimeouts set act = case settingsManager set of
+  Just _ -> act set
+  Nothing -> do
+    caps <- getNumCapabilities
+    bracket (replicateM caps (T.initialize (settingsTimeout set * 1000000))) (mapM_ T.stopManager) $ \mgrs ->
+      act set { settingsManager = Just (perCapability (arrayFromListN caps mgrs)) }
 
 -- | One manager that adds each handle to the manager of the calling
 -- thread's capability (modulo their number, should capabilities have
@@ -57,3 +74,4 @@ perCapability mgrs = Reaper
   , reaperStop = concat <$> mapM reaperStop (toList mgrs)
   , reaperKill = mapM_ reaperKill (toList mgrs)
   }
+#endif
