@@ -6,6 +6,7 @@ SHELL := /bin/bash
 # cabal keeps its state inside the checkout and reads the repository-less
 # config kept here, so a build never reaches for Hackage.
 CABAL_HOME := $(CURDIR)/.cabal-home
+GHCS_CACHE ?= /var/cache/weft-ghcs
 CABAL := env CABAL_DIR=$(CABAL_HOME) cabal --config-file=$(CURDIR)/cabal.config
 
 DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
@@ -18,8 +19,10 @@ DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin
+EXES := weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong weft-sws weft-kv \
+        weft-fwd weft-pktgen weft-pktcheck weft-warp-test weft-warp-pong
 
-.PHONY: all deps build test bench clean portable
+.PHONY: all deps build test bench clean portable sdist-check test-ghcs ghc-build ghc-test bench-ghc910 ghc-bench
 
 all: build
 
@@ -36,14 +39,17 @@ deps:
 build: deps
 	@mkdir -p $(CABAL_HOME) $(BIN)
 	$(CABAL) v2-build all --offline
-	@for exe in weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong weft-sws weft-kv weft-fwd weft-pktgen weft-pktcheck \
-	           weft-warp-test weft-warp-pong; do \
-	  cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
+	@for exe in $(EXES); do cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
 	$(MAKE) -s -C bench/c OUT=$(BIN)
 
-test: build portable
+test: build portable sdist-check
 	$(BIN)/weft-test +RTS -N2 -RTS
 	$(BIN)/weft-warp-test +RTS -N2 -RTS
+
+# The release tarballs, unpacked alone, build and pass both suites.
+sdist-check: deps
+	@mkdir -p $(CABAL_HOME)
+	scripts/sdist-check $(CABAL)
 
 # The portable core: the library, three servers and the test suite built
 # without the Linux-only parts (cabal flag portable: no epoll, eventfd,
@@ -60,5 +66,53 @@ portable: deps
 bench: build
 	$(BIN)/weft-bench all
 
+# The other compilers: GHC 9.6 (Debian trixie) and GHC 9.10 (Debian sid),
+# each in a Debian chroot with that release's libraries, made once and
+# cached in $(GHCS_CACHE) (scripts/ghcs). Each builds the whole tree in
+# its own build directory and runs both suites. An archive that cannot
+# give a suite's GHC skips that compiler, loudly; a build or test failure
+# fails.
+GHC_SUITES ?= trixie sid
+export WEFT_GHCS_CACHE := $(GHCS_CACHE)
+test-ghcs:
+	@skipped=""; for s in $(GHC_SUITES); do \
+	  rc=0; scripts/ghcs setup $$s || rc=$$?; \
+	  if [ $$rc -eq 3 ]; then echo "weft: *** SKIPPING Debian $$s: its archive has no installable GHC set ***" >&2; skipped="$$skipped $$s"; continue; fi; \
+	  [ $$rc -eq 0 ] || exit $$rc; \
+	  echo "weft: testing on GHC $$(scripts/ghcs ghc $$s) (Debian $$s)"; \
+	  scripts/ghcs test $$s || exit 1; \
+	done; \
+	if [ -n "$$skipped" ]; then echo "weft: *** compilers skipped:$$skipped ***" >&2; fi
+
+# Inside a chroot (scripts/ghcs): build and test with that chroot's GHC,
+# in a build directory of its own.
+GHC_SUITE ?= host
+GCABAL := env CABAL_DIR=$(CURDIR)/.cabal-home-$(GHC_SUITE) cabal --config-file=$(CURDIR)/cabal.config --builddir=$(CURDIR)/dist-$(GHC_SUITE)
+GBIN = $(CURDIR)/dist-$(GHC_SUITE)/bin
+ghc-build:
+	@mkdir -p $(CURDIR)/.cabal-home-$(GHC_SUITE) $(GBIN)
+	$(GCABAL) v2-build all --offline
+	@for exe in $(EXES); do cp "$$($(GCABAL) list-bin --offline $$exe)" $(GBIN)/$$exe; done
+	$(MAKE) -s -C bench/c OUT=$(GBIN)
+ghc-test: ghc-build
+	$(GBIN)/weft-test +RTS -N2 -RTS
+	$(GBIN)/weft-warp-test +RTS -N2 -RTS
+
+# The headline benchmarks on GHC 9.10 (Debian sid): weft, GHC 9.10's own
+# manager and stock warp 3.4, all built by GHC 9.10.3, into
+# bench-results/ghc-9.10/. BENCH_ARGS go to the wrk-driven sections
+# (e.g. BENCH_ARGS="--reps 5 --duration 3").
+BENCH_ARGS ?=
+bench-ghc910: deps
+	scripts/ghcs setup sid
+	scripts/ghcs run sid make ghc-bench GHC_SUITE=sid BENCH_RESULTS=bench-results/ghc-9.10 BENCH_ARGS="$(BENCH_ARGS)"
+
+BENCH_RESULTS ?= bench-results/ghc-$(GHC_SUITE)
+ghc-bench: ghc-build
+	@mkdir -p $(BENCH_RESULTS)
+	export WEFT_BENCH_RESULTS=$(CURDIR)/$(BENCH_RESULTS); \
+	for s in simple pong warp; do $(GBIN)/weft-bench $$s $(BENCH_ARGS) || exit 1; done; \
+	$(GBIN)/weft-bench timers --reps 3 && $(GBIN)/weft-bench wait --reps 3
+
 clean:
-	rm -rf dist-newstyle dist-portable $(CABAL_HOME) bench-results
+	rm -rf dist-newstyle dist-portable $(CABAL_HOME) bench-results dist-trixie dist-sid .cabal-home-trixie .cabal-home-sid
