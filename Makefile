@@ -100,19 +100,21 @@ ghc-test: ghc-build
 
 # The headline benchmarks on GHC 9.10 (Debian sid): weft, GHC 9.10's own
 # manager and stock warp 3.4, all built by GHC 9.10.3, into
-# bench-results/ghc-9.10/. BENCH_ARGS go to the wrk-driven sections
-# (e.g. BENCH_ARGS="--reps 5 --duration 3").
-BENCH_ARGS ?=
+# bench-results/ghc-9.10/: simple, pong, warp, timers and wait, each with
+# BENCH_REPS interleaved repetitions (default 5).
+BENCH_REPS ?= 5
 bench-ghc910: deps
 	scripts/ghcs setup sid
-	scripts/ghcs run sid make ghc-bench GHC_SUITE=sid BENCH_RESULTS=bench-results/ghc-9.10 BENCH_ARGS="$(BENCH_ARGS)"
+	scripts/ghcs run sid make ghc-bench GHC_SUITE=sid BENCH_RESULTS=bench-results/ghc-9.10 BENCH_REPS=$(BENCH_REPS)
 
 BENCH_RESULTS ?= bench-results/ghc-$(GHC_SUITE)
 ghc-bench: ghc-build
 	@mkdir -p $(BENCH_RESULTS)
 	export WEFT_BENCH_RESULTS=$(CURDIR)/$(BENCH_RESULTS); \
-	for s in simple pong warp; do $(GBIN)/weft-bench $$s $(BENCH_ARGS) || exit 1; done; \
-	$(GBIN)/weft-bench timers --reps 3 && $(GBIN)/weft-bench wait --reps 3
+	for s in simple pong warp timers wait; do \
+	  $(GBIN)/weft-bench $$s --reps $(BENCH_REPS) 2>&1 | tee $(CURDIR)/$(BENCH_RESULTS)/$$s.txt; \
+	  [ $${PIPESTATUS[0]} -eq 0 ] || exit 1; \
+	done
 
 clean:
 	rm -rf dist-newstyle dist-portable $(CABAL_HOME) bench-results dist-trixie dist-sid .cabal-home-trixie .cabal-home-sid
