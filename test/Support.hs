@@ -1,4 +1,3 @@
-{-# LANGUAGE CPP #-}
 -- | Helpers shared by weft's tests: pipes, byte I/O, bounded waiting and
 -- leak counters.
 module Support
@@ -34,7 +33,8 @@ import GHC.IO.Exception (IOException (..))
 import System.Directory (listDirectory)
 import qualified System.Timeout as GHC
 import System.Mem (performMajorGC)
-import System.Posix.IO (OpenMode (..), closeFd, defaultFileFlags, openFd)
+import System.IO (IOMode (ReadMode), openBinaryFile)
+import System.Posix.IO (closeFd, handleToFd)
 import System.Posix.Resource
 import System.Posix.Types (CSsize (..), Fd (..))
 import Test.Hspec
@@ -157,11 +157,6 @@ withFdHeadroom n act = do
     setResourceLimit ResourceOpenFiles lim { softLimit = ResourceLimit (fromIntegral firstFree + fromIntegral n) }
     act lift
 
--- | Open a file for reading. (unix 2.8 moved the creation mode into the
--- flags.)
+-- | Open a file for reading, as an fd the caller closes.
 openReadOnly :: FilePath -> IO Fd
-#if MIN_VERSION_unix(2,8,0)
-openReadOnly path = openFd path ReadOnly defaultFileFlags
-#else
-openReadOnly path = openFd path ReadOnly Nothing defaultFileFlags
-#endif
+openReadOnly path = handleToFd =<< openBinaryFile path ReadMode

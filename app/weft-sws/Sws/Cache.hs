@@ -1,4 +1,3 @@
-{-# LANGUAGE CPP #-}
 {-# LANGUAGE OverloadedStrings #-}
 -- | weft-sws's response cache: every file under the document root, read
 -- once at start-up and turned into a complete HTTP/1.1 response (status
@@ -54,8 +53,8 @@ import System.IO (hPutStrLn, stderr)
 import System.Posix.ByteString.FilePath (RawFilePath)
 import System.Posix.Directory.ByteString (closeDirStream, openDirStream, readDirStream)
 import System.Posix.Files.ByteString
-import System.Posix.IO.ByteString (OpenMode (..), defaultFileFlags, fdToHandle, openFd)
-import System.Posix.Types (Fd)
+import qualified GHC.Foreign as GHC
+import GHC.IO.Encoding (getFileSystemEncoding)
 
 ------------------------------------------------------------------------------
 -- Responses
@@ -226,18 +225,10 @@ listDirectory dir = bracket (openDirStream dir) closeDirStream (go [])
 -- | A whole file, by its raw path.
 readRaw :: RawFilePath -> IO B.ByteString
 readRaw path = do
-  fd <- openReadOnly path
-  h <- fdToHandle fd
-  B.hGetContents h
-
--- | Open a file for reading. (unix 2.8 moved the creation mode into the
--- flags.)
-openReadOnly :: RawFilePath -> IO Fd
-#if MIN_VERSION_unix(2,8,0)
-openReadOnly path = openFd path ReadOnly defaultFileFlags
-#else
-openReadOnly path = openFd path ReadOnly Nothing defaultFileFlags
-#endif
+  -- The name as the file system encoding decodes it, which round-trips
+  -- any bytes (as the unix package decodes names).
+  enc <- getFileSystemEncoding
+  B.readFile =<< B.useAsCStringLen path (GHC.peekCStringLen enc)
 
 -- | A @Content-Type@ from the path's extension; @application/octet-stream@
 -- for anything unknown.

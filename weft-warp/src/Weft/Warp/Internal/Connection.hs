@@ -25,7 +25,8 @@ import Network.Wai.Handler.Warp.Internal
 import Network.Wai.Handler.Warp.Internal
   (Connection (..), FileId (..), Settings (..), allocateBuffer, freeBuffer)
 #endif
-import System.Posix.IO (OpenMode (ReadOnly), closeFd, defaultFileFlags, openFd)
+import System.IO (IOMode (ReadMode), openBinaryFile)
+import System.Posix.IO (closeFd, handleToFd)
 import System.Posix.Types (Fd)
 #if MIN_VERSION_warp(3,3,22)
 import System.IO.Unsafe (unsafeInterleaveIO)
@@ -127,7 +128,7 @@ sendFileWith s fid offset count hook headers
       unless (null headers) (Net.sendManyMore s headers)
       case fileIdFd fid of
         Just fd -> from fd
-        Nothing -> bracket (openReadOnly (fileIdPath fid)) closeFd from
+        Nothing -> bracket (handleToFd =<< openBinaryFile (fileIdPath fid) ReadMode) closeFd from
   where
     from fd = loop fd (fromInteger offset) (fromInteger count)
     loop :: Fd -> Int64 -> Int64 -> IO ()
@@ -136,15 +137,6 @@ sendFileWith s fid offset count hook headers
       when (sent == 0) $ throwIO (shortFile (fileIdPath fid))
       hook
       loop fd (off + sent) (left - sent)
-
--- | Open a file for reading. (unix 2.8 moved the creation mode into the
--- flags.)
-openReadOnly :: FilePath -> IO Fd
-#if MIN_VERSION_unix(2,8,0)
-openReadOnly path = openFd path ReadOnly defaultFileFlags
-#else
-openReadOnly path = openFd path ReadOnly Nothing defaultFileFlags
-#endif
 
 shortFile :: FilePath -> IOException
 shortFile path = IOError Nothing EOF "weft-warp: sendfile" "the file ended before the range did"
