@@ -36,15 +36,25 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends $$missing; \
 	fi
 
+# $(call build-tree,CABAL,BIN): build everything, gather the binaries in BIN.
+define build-tree
+	$(1) v2-build all --offline
+	@for exe in $(EXES); do cp "$$($(1) list-bin --offline $$exe)" $(2)/$$exe; done
+	$(MAKE) -s -C bench/c OUT=$(2)
+endef
+
+# $(call run-suites,BIN): both test suites.
+define run-suites
+	$(1)/weft-test +RTS -N2 -RTS
+	$(1)/weft-warp-test +RTS -N2 -RTS
+endef
+
 build: deps
 	@mkdir -p $(CABAL_HOME) $(BIN)
-	$(CABAL) v2-build all --offline
-	@for exe in $(EXES); do cp "$$($(CABAL) list-bin --offline $$exe)" $(BIN)/$$exe; done
-	$(MAKE) -s -C bench/c OUT=$(BIN)
+	$(call build-tree,$(CABAL),$(BIN))
 
 test: build portable sdist-check
-	$(BIN)/weft-test +RTS -N2 -RTS
-	$(BIN)/weft-warp-test +RTS -N2 -RTS
+	$(call run-suites,$(BIN))
 
 # The release tarballs, unpacked alone, build and pass both suites.
 sdist-check: deps
@@ -91,12 +101,9 @@ GCABAL := env CABAL_DIR=$(CURDIR)/.cabal-home-$(GHC_SUITE) cabal --config-file=$
 GBIN = $(CURDIR)/dist-$(GHC_SUITE)/bin
 ghc-build:
 	@mkdir -p $(CURDIR)/.cabal-home-$(GHC_SUITE) $(GBIN)
-	$(GCABAL) v2-build all --offline
-	@for exe in $(EXES); do cp "$$($(GCABAL) list-bin --offline $$exe)" $(GBIN)/$$exe; done
-	$(MAKE) -s -C bench/c OUT=$(GBIN)
+	$(call build-tree,$(GCABAL),$(GBIN))
 ghc-test: ghc-build
-	$(GBIN)/weft-test +RTS -N2 -RTS
-	$(GBIN)/weft-warp-test +RTS -N2 -RTS
+	$(call run-suites,$(GBIN))
 
 # The headline benchmarks on GHC 9.10 (Debian sid): weft, GHC 9.10's own
 # manager and stock warp 3.4, all built by GHC 9.10.3, into

@@ -20,6 +20,7 @@ import Control.Monad (when)
 import Data.Bits (shiftL, shiftR, xor)
 import Data.List (intercalate, isPrefixOf, sort, transpose)
 import qualified Data.Map.Strict as Map
+import Data.Maybe (fromMaybe)
 import Data.Word (Word64)
 import GHC.Clock (getMonotonicTimeNSec)
 import System.Exit (ExitCode (..))
@@ -38,7 +39,7 @@ import System.IO.Unsafe (unsafePerformIO)
 -- (so that a run on another compiler keeps its own).
 {-# NOINLINE resultsRoot #-}
 resultsRoot :: FilePath
-resultsRoot = unsafePerformIO (maybe "bench-results" id <$> lookupEnv "WEFT_BENCH_RESULTS")
+resultsRoot = unsafePerformIO (fromMaybe "bench-results" <$> lookupEnv "WEFT_BENCH_RESULTS")
 
 -- | CPU time of all this process's threads so far, in microseconds, from
 -- @clock_gettime(CLOCK_PROCESS_CPUTIME_ID)@: @/proc/self/stat@ counts in

@@ -239,7 +239,7 @@ armRx desc i b = do
 -- | rxBatch (Note [Batch ownership], Note [Ixgbe buffer ownership]).
 receiveBatch :: String -> RegisterWindow -> MemPool -> BufferArray -> Ring -> BufferArray -> Int -> IO Int
 receiveBatch name win pool spares ring arr n0 = do
-  let n = min n0 (bufferArraySize spares)
+  n <- min n0 <$> bufferArraySize spares
   idx0 <- readPrimArray (rIndex ring) 0
   -- Replacements first, in one batch; the unused ones go back at the end.
   have <- allocBatch pool spares 0 n

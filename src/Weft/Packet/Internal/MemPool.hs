@@ -314,7 +314,7 @@ freeBuffer mp b = do
 -- index @off@ and returns how many it wrote (fewer than @n@ only when the
 -- pool runs out).
 allocBatch :: MemPool -> BufferArray -> Int -> Int -> IO Int
-allocBatch mp (BufferArray _ arr) off n = do
+allocBatch mp (BufferArray arr) off n = do
   checkOwner mp
   top <- readPrimArray (mpTop mp) 0
   let k = min n top
@@ -333,7 +333,7 @@ allocBatch mp (BufferArray _ arr) off n = do
 -- | @freeBatch pool arr off n@ gives back the @n@ buffers of @arr@ from
 -- index @off@. They must all belong to @pool@.
 freeBatch :: MemPool -> BufferArray -> Int -> Int -> IO ()
-freeBatch mp (BufferArray _ arr) off n = do
+freeBatch mp (BufferArray arr) off n = do
   checkOwner mp
   top <- readPrimArray (mpTop mp) 0
   -- The top moves with each buffer, so that a debug check failing half
@@ -440,24 +440,24 @@ fromBacking UnlockedMemory = 3
 
 -- | A fixed-size, unboxed array of buffers: what 'allocBatch',
 -- 'freeBatch' and the devices' batch calls fill and read.
-data BufferArray = BufferArray {-# UNPACK #-} !Int !(MutablePrimArray RealWorld (Ptr Word8))
+newtype BufferArray = BufferArray (MutablePrimArray RealWorld (Ptr Word8))
 
 -- | An array with room for @n@ buffers.
 newBufferArray :: Int -> IO BufferArray
-newBufferArray n = BufferArray n <$> newPrimArray n
+newBufferArray n = BufferArray <$> newPrimArray n
 
 -- | How many buffers the array holds.
-bufferArraySize :: BufferArray -> Int
-bufferArraySize (BufferArray n _) = n
+bufferArraySize :: BufferArray -> IO Int
+bufferArraySize (BufferArray a) = getSizeofMutablePrimArray a
 
 -- | The buffer at an index (no bounds check beyond the array's own).
 readBuffer :: BufferArray -> Int -> IO Buffer
-readBuffer (BufferArray _ a) i = Buffer <$> readPrimArray a i
+readBuffer (BufferArray a) i = Buffer <$> readPrimArray a i
 {-# INLINE readBuffer #-}
 
 -- | Stores a buffer at an index.
 writeBuffer :: BufferArray -> Int -> Buffer -> IO ()
-writeBuffer (BufferArray _ a) i (Buffer p) = writePrimArray a i p
+writeBuffer (BufferArray a) i (Buffer p) = writePrimArray a i p
 {-# INLINE writeBuffer #-}
 
 -- | Memory a device reads and writes by DMA (descriptor rings): locked
