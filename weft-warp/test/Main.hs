@@ -12,9 +12,13 @@ import Control.Exception
 import Control.Monad
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
+import Data.IORef
 import Data.List (isPrefixOf, sort)
 import Data.Maybe (isNothing, mapMaybe)
 import GHC.Clock (getMonotonicTime)
+#if MIN_VERSION_base(4,18,0)
+import GHC.Conc.Sync (ThreadStatus (..), listThreads, threadLabel, threadStatus)
+#endif
 import qualified Network.Socket as N
 import Network.Wai (Application)
 import qualified Network.Wai.Handler.Warp as Warp
@@ -219,6 +223,27 @@ agreement server path = do
       (t1 - t0) `shouldSatisfy` (\d -> d >= 0.9 && d < 2.6)
       closeConn c
 
+  it "drops a connection setOnOpen refuses, and reports every open and close" $ do
+    opens <- newIORef (0 :: Int)
+    closes <- newIORef (0 :: Int)
+    let count r = atomicModifyIORef' r (\n -> (n + 1, n + 1))
+        -- Refuse every second connection (the clients come one by one).
+        set = Warp.setOnOpen (\_ -> odd <$> count opens)
+            . Warp.setOnClose (\_ -> void (count closes)) . quiet
+    withServer server set (testApp path) $ \port -> within 10 "onOpen" $ do
+      forM_ [1 .. 8 :: Int] $ \i -> do
+        c <- connectTo port
+        sendRaw c "GET /hello HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        if odd i
+          then (rawOf <$> readResponse c) `shouldReturn` helloResp
+          else readUntilClosed c `shouldReturn` ""
+        closeConn c
+      -- Each connection's close is reported once its thread is done.
+      let settled k = do
+            (o, cl) <- (,) <$> readIORef opens <*> readIORef closes
+            if o == cl || k == (0 :: Int) then return (o, cl) else threadDelay 20000 >> settled (k - 1)
+      settled 100 `shouldReturn` (8, 8)
+
   it "shuts down gracefully with a request in flight" $ do
     stop <- newEmptyMVar
     (sock, port) <- openListener
@@ -298,6 +323,28 @@ weftOnly ghcEpolls path = do
     weftMoved `shouldBe` True
     (weftEvents1 - weftEvents0) `shouldSatisfy` (> 1000)
 
+  it "runs the connection timeouts on one manager per capability (stock warp: one)" $ do
+#if MIN_VERSION_base(4,18,0)
+    caps <- getNumCapabilities
+    counts <- forM [Weft, Stock] $ \server -> do
+      existing <- reapers
+      withServer server quiet (testApp path) $ \port -> within 20 "reapers" $ do
+        -- Round-robin placement puts some on every capability.
+        conns <- forM [1 .. 4 * caps] $ \_ -> do
+          c <- connectTo port
+          (rawOf <$> request c "GET" "/hello" "") `shouldReturn` helloResp
+          return c
+        -- A manager's reaper thread runs while it holds connections.
+        new <- filter (`notElem` existing) <$> reapers
+        mapM_ closeConn conns
+        return (length new)
+    case counts of
+      [_, 0] -> pendingWith "this auto-update does not name its reaper threads"
+      _ -> counts `shouldBe` [caps, 1]
+#else
+    pendingWith "listing threads needs GHC 9.6 or later"
+#endif
+
   it "rides out fd exhaustion at accept in weft, backing off" $ do
     forM_ [Weft, Stock] $ \server -> withServer server quiet (testApp path) $ \port -> within 30 "EMFILE" $ do
       c0 <- connectTo port
@@ -376,6 +423,17 @@ weftOnly ghcEpolls path = do
       events1 <- weftEvents
       mapM_ closeConn conns
       return (sockets, events1 > events0)
+
+#if MIN_VERSION_base(4,18,0)
+-- | The live threads named as time-manager names its reapers.
+reapers :: IO [ThreadId]
+reapers = filterM isReaper =<< listThreads
+  where
+    isReaper t = do
+      name <- threadLabel t
+      status <- threadStatus t
+      return (name == Just "WAI timeout manager (Reaper)" && status `notElem` [ThreadFinished, ThreadDied])
+#endif
 
 -- | What a server does when accept fails with EMFILE.
 data OnEmfile

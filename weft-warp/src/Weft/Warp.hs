@@ -26,13 +26,12 @@
 --   the (graceful) close. None of its waits reaches GHC's I/O manager.
 -- * Connections are placed on the capabilities round-robin, by this
 --   module's 'defaultSettings' (its 'settingsFork'), and stay there.
--- * With warp 3.3, the connection timeouts ('setTimeout') run on one
---   timeout manager per capability instead of one shared by all
---   (Note [Per-capability timeout managers] in
---   "Weft.Warp.Internal.TimeoutManager"). warp 3.4's @time-manager@ keeps
---   its manager abstract, so there they run on warp's one manager. Either
---   way their semantics are warp's: an idle connection is closed after
---   between one and two timeout periods.
+-- * The connection timeouts ('setTimeout') run on one timeout manager per
+--   capability instead of one shared by all (Note [Per-capability timeout
+--   managers] in "Weft.Warp.Internal.Run"), on warp 3.3 and on warp 3.4.2
+--   and later; warp 3.4.0 and 3.4.1 give no way to, so there they run on
+--   warp's one manager. Either way their semantics are warp's: an idle
+--   connection is closed after between one and two timeout periods.
 --
 -- What still runs on GHC's own I/O manager and timers: warp's date-cache
 -- thread (about one 'threadDelay' a second under load), the reapers of the
@@ -86,14 +85,14 @@ import Network.Wai.Handler.Warp hiding
   , withApplication, withApplicationSettings, testWithApplication, testWithApplicationSettings )
 import qualified Network.Wai.Handler.Warp as Warp
 import Network.Wai.Handler.Warp.Internal
-  (Settings (..), Transport (TCP), runSettingsConnectionMakerSecure)
+  (Settings (..), Transport (TCP))
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
 
 import Weft.Event (startSystemManagers)
 import qualified Weft.Net as Net
 import Weft.Warp.Internal.Connection (weftConnection)
-import Weft.Warp.Internal.TimeoutManager (withTimeouts)
+import Weft.Warp.Internal.Run (runConnections)
 
 -- | warp's default settings, with connections forked onto the capabilities
 -- round-robin. Use it (rather than warp's) so connections are spread
@@ -154,18 +153,17 @@ runSettingsSocket set0 sock app = do
   listener <- Net.fromNetworkSocket sock
   (`finally` Net.close listener) $ do
     settingsInstallShutdownHandler set0 (Net.close listener)
-    withTimeouts set0 $ \set ->
-      runSettingsConnectionMakerSecure set (acceptOne set listener) app
+    runConnections set0 (acceptOne listener) app
   where
-    acceptOne set listener = do
+    acceptOne listener = do
       (s, peer) <- Net.acceptPatiently listener
-      return (makeConnection set s, peer)
+      return (makeConnection s, peer)
     -- Runs on the connection's own thread, masked: warp closes the
     -- connection it returns; if it throws, the socket is closed here.
-    makeConnection set s = (`onException` Net.close s) $ do
+    makeConnection s = (`onException` Net.close s) $ do
       -- Fails on a Unix-domain socket: harmless.
       Net.setNoDelay s True `catch` \e -> const (return ()) (e :: IOException)
-      conn <- weftConnection set s
+      conn <- weftConnection set0 s
       return (conn, TCP)
 
 -- | Run the application on a free loopback port while the action runs,
