@@ -30,11 +30,13 @@ import Control.Exception
 import Control.Monad
 import qualified Data.ByteString.Char8 as C
 import Data.List (isPrefixOf)
+import qualified Data.Map.Strict as Map
 import System.Directory
 import System.FilePath
 import Text.Printf (printf)
 
 import Bench.Net
+import Bench.Report (median)
 
 -- | @[--quick] [--long] [--reps N] [--duration SECONDS]@: whether to run
 -- the quick set (what @make bench@ runs), and the settings.
@@ -98,8 +100,27 @@ swsBench quick st = do
         [ printf "  %-14s %s" p s | (p, s) <- zip policies steals' ] ++
         [ "load average (1 min) before " ++ loadBefore ++ ", after " ++ loadAfter
           ++ " (the benchmark itself keeps about 2 busy; more means other processes shared the cores)" ]
-  putStr ("\n" ++ stealLines)
-  return (table ++ "\n" ++ stealLines)
+  let targetLines = swsTargets res
+  putStr ("\n" ++ stealLines ++ "\n" ++ targetLines)
+  return (table ++ "\n" ++ stealLines ++ "\n" ++ targetLines)
+
+-- | The PASS/MISS lines of the stealing targets at N2 (medians of req/s):
+-- every weft policy at least 0.97x NoStealing on keep-alive (64
+-- connections), and Mely at least 1.05x NoStealing on the reconnecting
+-- load.
+swsTargets :: Map.Map (String, String) [Sample] -> String
+swsTargets res = unlines $ "== targets ==" :
+  [ check "N2 c=64" p (>= 0.97) (p ++ " >= 0.97x NoStealing on keep-alive, N2 c=64")
+  | p <- ["TimeLeft", "PenaltyAware", "LocalityAware", "Mely"] ] ++
+  [ check "N2 c=64 reconnect" "Mely" (>= 1.05) "Mely >= 1.05x NoStealing on the reconnecting load, N2 c=64" ]
+  where
+    rps g a = case Map.lookup (g, a) res of
+      Just ss@(_ : _) -> Just (median (map smRps ss))
+      _ -> Nothing
+    check g a ok what = case (rps g a, rps g "NoStealing") of
+      (Just x, Just y) | y > 0 ->
+        let r = x / y in printf "%s %s: %.3fx" (if ok r then "PASS" else "MISS" :: String) what r
+      _ -> "SKIP " ++ what ++ ": not measured"
 
 -- | The 1-minute load average, as @/proc/loadavg@ says it.
 loadAverage :: IO String

@@ -26,15 +26,17 @@ spec = do
 
 -- | The queues under test: layout, whether they keep the stealing queues
 -- (only color queues do: the runtime never asks a single list for them),
--- cores, batch size and the (fixed) steal cost.
-data Setup = Setup Layout Bool Int Int Int
+-- cores, batch size, the (fixed) steal cost and the steal margin (color
+-- queues only, as in the runtime).
+data Setup = Setup Layout Bool Int Int Int Int
   deriving Show
 
 instance Arbitrary Setup where
   arbitrary = do
     layout <- elements [ColorQueues, SingleList]
     timeLeft <- if layout == ColorQueues then arbitrary else return False
-    Setup layout timeLeft <$> choose (1, 4) <*> choose (1, 4) <*> choose (1, 60)
+    margin <- if layout == ColorQueues then frequency [(1, return 0), (2, choose (1, 120))] else return 0
+    Setup layout timeLeft <$> choose (1, 4) <*> choose (1, 4) <*> choose (1, 60) <*> pure margin
 
 -- | One operation. Colors are taken modulo 'modelColors', cores modulo the
 -- core count.
@@ -57,6 +59,11 @@ instance Arbitrary Op where
 
 modelColors :: Int
 modelColors = 8
+
+-- | An event's handler cost, from its weight (different, as a penalty
+-- makes them).
+costOf :: Int -> Int
+costOf w = 2 * w + 1
 
 -- | What the queues should hold. Events are numbered in push order.
 data Model = Model
@@ -100,9 +107,10 @@ modelCoreEvents SingleList m k = length (mRing m ! k)
 modelCoreEvents ColorQueues m k = sum [ count m c | (c, o) <- IM.toList (mOwner m), o == k ]
 
 runQueues :: Setup -> [Op] -> IO (Maybe String)
-runQueues (Setup layout timeLeft cores batch cost) ops = do
+runQueues (Setup layout timeLeft cores batch cost margin) ops = do
   q <- newQueues layout timeLeft cores modelColors batch
   setStealCost q cost
+  setStealMargin q margin
   model <- newIORef (newModel cores)
   let home c = c `mod` cores
       locked k act = lockCore q k *> act <* unlockCore q k
@@ -117,7 +125,7 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
             i = mNextId m
         o <- ownerOf q c
         if o /= mOwner m ! c then fails ("owner of " ++ show c ++ " is " ++ show o) else do
-          locked o $ push q o c (Ev w p (show i) (return ()))
+          locked o $ push q o c (Ev w (costOf w) p (show i) (return ()))
           let fresh = count m c == 0
               m1 = m { mQueued = IM.adjust (++ [(i, w)]) c (mQueued m)
                      , mWork = IM.adjust (+ w) c (mWork m), mNextId = i + 1 }
@@ -198,7 +206,7 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
                 ColorQueues
                   | timeLeft && useWorthy -> [ x | x <- mList m ! v, x /= running, worthy m x ]
                   | otherwise -> [ x | x <- mList m ! v, x /= running, 2 * count m x < total ]
-              expectStealable = case layout of
+              expectStealable = cores > 1 && (margin <= 0 || sum [ costOf w | x <- mList m ! v, (_, w) <- mQueued m ! x ] >= margin) && case layout of
                 SingleList -> total >= 2
                 ColorQueues
                   | timeLeft -> any (\x -> x /= running && worthy m x) (mList m ! v)
@@ -257,10 +265,25 @@ runQueues (Setup layout timeLeft cores batch cost) ops = do
           e <- coreEvents q k
           n <- coreColors q k
           r <- runningColor q k
+          hint <- hasStealable q k
+          backlog <- coreBacklog q k
+          -- What a thief reads: whether a steal pass would find a color
+          -- (Note [Steal hints]); with time-left, a worthy one; with a
+          -- margin, only while the core has that much work queued.
+          let running = mRunning m ! k
+              queuedWork = sum [ costOf w | x <- mList m ! k, (_, w) <- mQueued m ! x ]
+              enough = margin <= 0 || queuedWork >= margin
+              queued = cores > 1 && enough && case layout of
+                SingleList -> modelCoreEvents layout m k >= 2
+                ColorQueues
+                  | timeLeft -> any (\x -> x /= running && worthy m x) (mList m ! k)
+                  | otherwise -> any (/= running) (mList m ! k)
           return $ firstJust
             [ e /= modelCoreEvents layout m k ==> ("events of core " ++ show k ++ ": " ++ show e ++ " /= " ++ show (modelCoreEvents layout m k))
             , layout == ColorQueues && n /= length (mList m ! k) ==> ("colors of core " ++ show k ++ ": " ++ show n)
-            , r /= mRunning m ! k ==> ("running on core " ++ show k ++ ": " ++ show r) ]
+            , r /= mRunning m ! k ==> ("running on core " ++ show k ++ ": " ++ show r)
+            , layout == ColorQueues && backlog /= queuedWork ==> ("backlog of core " ++ show k ++ ": " ++ show backlog ++ " /= " ++ show queuedWork)
+            , hint /= queued ==> ("steal hint of core " ++ show k ++ ": " ++ show hint) ]
         return (firstJust (perColor ++ perCore))
 
       go _ [] = return Nothing
@@ -292,14 +315,14 @@ queuesSpec = describe "Weft.Color.Internal.Queues" $ do
 
   it "a color stolen and drained goes home (both layouts)" $
     forM_ [ColorQueues, SingleList] $ \layout -> do
-      r <- runQueues (Setup layout False 2 10 10)
+      r <- runQueues (Setup layout False 2 10 10 0)
         [ Push 2 0 0, Push 2 0 0, Push 4 0 0, Push 6 0 0, Push 8 0 0, Push 10 0 0
         , Steal 1 0 False, Step 1, Step 1 ]
       r `shouldBe` Nothing
       -- The same, checked by hand: color 2 lives on core 1 while queued
       -- there, and is home on core 0 once it has run dry.
       q <- newQueues layout False 2 16 10
-      let ev = Ev 0 0 "e" (return ())
+      let ev = Ev 0 0 0 "e" (return ())
       lockCore q 0 >> mapM_ (\c -> push q 0 c ev) [2, 2, 4, 6, 8, 10] >> unlockCore q 0
       lockPair q 1 0
       c <- (case layout of SingleList -> chooseLibasync; ColorQueues -> chooseFirst) q 0
@@ -322,16 +345,16 @@ queuesSpec = describe "Weft.Color.Internal.Queues" $ do
     q <- newQueues ColorQueues True 2 16 10
     setStealCost q 1000
     lockCore q 0
-    push q 0 2 (Ev 1000 0 "at the cost" (return ()))
-    push q 0 4 (Ev 999 0 "below" (return ()))
-    push q 0 6 (Ev 0 0 "unknown" (return ()))
+    push q 0 2 (Ev 1000 1000 0 "at the cost" (return ()))
+    push q 0 4 (Ev 999 999 0 "below" (return ()))
+    push q 0 6 (Ev 0 0 0 "unknown" (return ()))
     unlockCore q 0
     lockPair q 1 0
     none <- chooseWorthy q 0
     stealable <- hasStealable q 0
     unlockPair q 1 0
     (none, stealable) `shouldBe` (-1, False)
-    lockCore q 0 >> push q 0 6 (Ev 1001 0 "now worth it" (return ())) >> unlockCore q 0
+    lockCore q 0 >> push q 0 6 (Ev 1001 1001 0 "now worth it" (return ())) >> unlockCore q 0
     lockPair q 1 0
     worth <- chooseWorthy q 0
     unlockPair q 1 0

@@ -64,15 +64,19 @@ module Weft.Color.Internal.Queues
   , colorCount
   , colorWork
   , colorIsWorthy
+  , coreBacklog
     -- * Stealing (both locks held)
   , chooseLibasync
   , chooseFirst
   , chooseWorthy
   , migrate
   , hasStealable
+  , withoutHints
     -- * Steal cost
   , stealCost
   , setStealCost
+  , stealMargin
+  , setStealMargin
     -- * Parking
   , parkedFlag
   , setParked
@@ -91,9 +95,12 @@ import GHC.Clock (getMonotonicTimeNSec)
 import Weft.Internal.Counters
 
 -- | One queued event: its weight (the cost it adds to its color's work, in
--- ns), its handler's priority and name, and its body.
+-- ns: its handler's cost, divided by its penalty under penalty-aware
+-- stealing), its handler's cost (what it adds to its core's backlog), its
+-- handler's priority and name, and its body.
 data Ev = Ev
   { evWeight   :: {-# UNPACK #-} !Int
+  , evCost     :: {-# UNPACK #-} !Int
   , evPriority :: {-# UNPACK #-} !Int
   , evName     :: String
   , evBody     :: IO ()
@@ -123,6 +130,7 @@ data Queues = Queues
   , queueColors :: !Int    -- ^ a power of two
   , queueLayout :: !Layout
   , qTimeLeft   :: !Bool   -- ^ keep the stealing queues
+  , qHinted     :: !Bool   -- ^ keep the steal hints (Note [Steal hints])
   , qBatch      :: !Int
     -- per color
   , cOwner  :: !(MutablePrimArray RealWorld Int32)
@@ -139,13 +147,16 @@ data Queues = Queues
     -- per core, 'coreStride' words apart so cores do not share cache lines
   , qCoreWords :: !Counters
   , qRings     :: !(Array (IORef Ring))
+    -- per core, 'coreStride' words apart, away from the words above
+    -- (Note [Steal hints])
+  , qHints     :: !Counters
     -- global
   , qGlobal    :: !Counters
   }
 
 -- Per-core words.
 coreStride, wLock, wHead, wTail, wEvents, wColors, wRunning, wParked,
-  wBucket0, wLockWait :: Int
+  wBucket0, wLockWait, wBacklog :: Int
 coreStride = 16
 wLock = 0
 wHead = 1
@@ -156,9 +167,11 @@ wRunning = 5
 wParked = 6
 wBucket0 = 7      -- 7, 8, 9: the stealing buckets' heads
 wLockWait = 10
+wBacklog = 11     -- queued handler cost (ns), color queues only
 
-gStealCost :: Int
+gStealCost, gStealMargin :: Int
 gStealCost = 0
+gStealMargin = 1
 
 -- | @newQueues layout timeLeft cores colors batch@: empty queues. @colors@
 -- is rounded up to a power of two.
@@ -190,18 +203,20 @@ newQueues layout timeLeft cores colors0 batch = do
   rings <- if layout == SingleList
     then forM [1 .. cores] (\_ -> newRing 64 >>= newIORef)
     else return []
+  hints <- newCounters (cores * coreStride)
   g <- newCounters 8
   return Queues
     { queueCores = cores, queueColors = colors, queueLayout = layout
-    , qTimeLeft = timeLeft, qBatch = max 1 batch
+    , qTimeLeft = timeLeft, qHinted = cores > 1, qBatch = max 1 batch
     , cOwner = owner, cCount = count, cLinked = linked, cPrev = prev, cNext = next
     , cBucket = bucket, cSPrev = sprev, cSNext = snext, cWork = work, cPrio = prio
-    , cEvents = evs, qCoreWords = coreWords, qRings = arrayFromList rings, qGlobal = g }
+    , cEvents = evs, qCoreWords = coreWords, qRings = arrayFromList rings
+    , qHints = hints, qGlobal = g }
 
 -- | What a ring slot holds when it holds nothing (so the GC can free the
 -- event that was there).
 noEv :: Ev
-noEv = Ev 0 0 "" (return ())
+noEv = Ev 0 0 0 "" (return ())
 
 newRing :: Int -> IO Ring
 newRing n = do
@@ -349,6 +364,18 @@ sunlink q core c b = do
 ------------------------------------------------------------------------------
 -- Operations under the owner's lock
 
+-- | Add to a core's backlog: the summed handler costs of the events
+-- queued on it (not counting its running batch), in ns.
+addBacklog :: Queues -> Int -> Int -> IO ()
+addBacklog q core d = do
+  b <- rd q core wBacklog
+  wr q core wBacklog (b + d)
+{-# INLINE addBacklog #-}
+
+-- | A core's backlog, in ns; color queues only.
+coreBacklog :: Queues -> Int -> IO Int
+coreBacklog q core = rd q core wBacklog
+
 -- | Queue an event of color @c@ on core @core@, its owner.
 push :: Queues -> Int -> Int -> Ev -> IO ()
 push q core c ev = do
@@ -363,6 +390,7 @@ push q core c ev = do
       writeArray (cEvents q) c (EvQ f (ev : b))
       w <- readPrimArray (cWork q) c
       writePrimArray (cWork q) c (w + evWeight ev)
+      addBacklog q core (evCost ev)
       p <- readPrimArray (cPrio q) c
       linked <- readPrimArray (cLinked q) c
       if linked == 0
@@ -375,6 +403,7 @@ push q core c ev = do
           writePrimArray (cPrio q) c (evPriority ev)
           linkColor q core c
       rebucket q core c
+  refreshHint q core
 
 -- | Take the next events to run on a core: up to the batch size of the
 -- first color of its list (one event, for the single list), and mark that
@@ -391,6 +420,7 @@ takeBatch q core = case queueLayout q of
         e <- rd q core wEvents
         wr q core wEvents (e - 1)
         wr q core wRunning c
+        refreshHint q core
         return (c, [ev])
   ColorQueues -> do
     c <- rd q core wHead
@@ -402,14 +432,14 @@ takeBatch q core = case queueLayout q of
       writeArray (cEvents q) c (EvQ f' b')
       writePrimArray (cCount q) c (fromIntegral (n - k))
       w <- readPrimArray (cWork q) c
-      writePrimArray (cWork q) c (max 0 (w - foldr ((+) . evWeight) 0 taken))
+      writePrimArray (cWork q) c (if n == k then 0 else max 0 (w - foldr ((+) . evWeight) 0 taken))
+      addBacklog q core (negate (foldr ((+) . evCost) 0 taken))
       e <- rd q core wEvents
       wr q core wEvents (e - k)
-      when (n == k) $ do
-        unlinkColor q core c
-        writePrimArray (cWork q) c 0
+      when (n == k) $ unlinkColor q core c
       rebucket q core c
       wr q core wRunning c
+      refreshHint q core
       return (c, taken)
 
 -- | Take @k@ events (there are at least that many) from the queue's front,
@@ -434,6 +464,7 @@ finishBatch q core c = do
     else when (queueLayout q == ColorQueues) $ do
       nxt <- readPrimArray (cNext q) c
       when (nxt >= 0) $ unlinkColor q core c >> linkColor q core c
+  refreshHint q core
 
 -- | Events queued on a core (not counting those running).
 coreEvents :: Queues -> Int -> IO Int
@@ -460,11 +491,56 @@ colorIsWorthy q c = (>= 0) <$> readPrimArray (cBucket q) c
 ------------------------------------------------------------------------------
 -- Stealing
 
+-- Note [Steal hints]
+-- ~~~~~~~~~~~~~~~~~~
+-- An idle thief looks at its victims again and again, and a look must not
+-- cost the victim. The words a victim's owner writes on every post, batch
+-- and finish (its lock, list heads, event count, running color) share
+-- cache lines; a thief that read them would pull those lines away from the
+-- owner between every two of its operations. So each core also keeps one
+-- word, in a cache line of its own, saying whether it holds something a
+-- thief could take; the owner rewrites it (a plain store, with its lock
+-- held) at the end of each operation, only when the answer changed, and
+-- thieves read nothing else before they commit to locking a victim. The
+-- owner's unlock, a full barrier, publishes it; 'Note [Parking]' relies on
+-- that order. Queues of one core, and those of a runtime that never
+-- steals ('withoutHints'), keep no hints: nobody would read them.
+
 -- | Whether a core has something a thief could take: a queued color other
--- than the running one (worthy, with time-left). A racy read, used only to
--- decide whether to wake or visit a victim.
+-- than the running one (worthy, with time-left). A racy read of the
+-- core's steal hint (Note [Steal hints]), used only to decide whether to
+-- wake or visit a victim.
 hasStealable :: Queues -> Int -> IO Bool
-hasStealable q v
+hasStealable q v = (/= 0) <$> readCounter (qHints q) (v * coreStride)
+{-# INLINE hasStealable #-}
+
+-- | The same queues, keeping no steal hints: for a runtime whose workers
+-- never steal, so that its owners' operations pay nothing for them
+-- ('hasStealable' then always says no).
+withoutHints :: Queues -> Queues
+withoutHints q = q { qHinted = False }
+
+-- | Recompute a core's steal hint from its own words, with its lock held;
+-- write it only if it changed.
+refreshHint :: Queues -> Int -> IO ()
+refreshHint q v = when (qHinted q) $ do
+  now <- stealableNow q v
+  let new = if now then 1 else 0
+  old <- readCounter (qHints q) (v * coreStride)
+  when (old /= new) $ storeCounter (qHints q) (v * coreStride) new
+
+-- | What the steal hint says, from the core's own words: a color a thief
+-- could take, and, with a steal margin, at least that much backlog
+-- (Note [When to steal] in "Weft.Color.Internal.Runtime").
+stealableNow :: Queues -> Int -> IO Bool
+stealableNow q v = do
+  margin <- readCounter (qGlobal q) gStealMargin
+  enough <- if margin <= 0 then return True else (>= margin) <$> rd q v wBacklog
+  if enough then takeable q v else return False
+
+-- | Whether a core holds a color a thief could take under its layout.
+takeable :: Queues -> Int -> IO Bool
+takeable q v
   | qTimeLeft q = do
       r <- rd q v wRunning
       let usable b = do
@@ -548,6 +624,8 @@ migrate q v t c = do
     SingleList -> do
       moved <- ringExtract q v c
       mapM_ (ringPush q t c) moved
+      refreshHint q v
+      refreshHint q t
       -- The single list keeps no per-color work; the moved events carry
       -- theirs, so the stolen work is still reported.
       return (n, sum (map evWeight moved))
@@ -555,9 +633,15 @@ migrate q v t c = do
       w <- readPrimArray (cWork q) c
       b <- fromIntegral <$> readPrimArray (cBucket q) c
       when (b >= 0) (sunlink q v c b)
+      EvQ f r <- readArray (cEvents q) c
+      let cost = foldr ((+) . evCost) 0 f + foldr ((+) . evCost) 0 r
+      addBacklog q v (negate cost)
+      addBacklog q t cost
       unlinkColor q v c
       linkColor q t c
       rebucket q t c
+      refreshHint q v
+      refreshHint q t
       return (n, w)
 
 ------------------------------------------------------------------------------
@@ -629,6 +713,15 @@ stealCost q = readCounter (qGlobal q) gStealCost
 
 setStealCost :: Queues -> Int -> IO ()
 setStealCost q = writeCounter (qGlobal q) gStealCost
+
+-- | The backlog (ns) a core must have before a thief takes anything
+-- from it; 0 for none (Note [When to steal] in
+-- "Weft.Color.Internal.Runtime"). Color queues only; set before use.
+setStealMargin :: Queues -> Int -> IO ()
+setStealMargin q = writeCounter (qGlobal q) gStealMargin
+
+stealMargin :: Queues -> IO Int
+stealMargin q = readCounter (qGlobal q) gStealMargin
 
 -- | Whether a core's worker is parked (or about to park).
 parkedFlag :: Queues -> Int -> IO Bool

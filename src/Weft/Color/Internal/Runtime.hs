@@ -1,9 +1,9 @@
 {-# LANGUAGE BangPatterns, RankNTypes, ScopedTypeVariables #-}
 -- | The colored runtime: colors, handlers, configuration, the workers and
 -- their stealing, posting, shutdown and statistics ("Weft.Color" is the
--- façade and its documentation). A little over 600 lines: the worker's
--- loop, stealing, parking and back-off share one closure of per-worker
--- state, and splitting them would pass that state around instead.
+-- façade and its documentation). About 600 lines: the worker's loop,
+-- stealing and parking share one closure of per-worker state, and
+-- splitting them would pass that state around instead.
 -- Internal and unstable (everything is exported; the façade picks the
 -- API): import "Weft.Color".
 module Weft.Color.Internal.Runtime where
@@ -14,15 +14,14 @@ import Control.Monad
 import Data.Bits ((.&.))
 import Data.Char (toLower)
 import Data.IORef
+import Data.Word (Word64)
 import Data.List (sortOn)
 import Data.Primitive.Array
 import GHC.Clock (getMonotonicTimeNSec)
 import System.IO (hPutStrLn, stderr)
-import Weft.Color.Internal.Backoff
 import Weft.Color.Internal.Queues
 import Weft.Color.Internal.Topology
 import Weft.Internal.Counters
-import Weft.Timer (cancelTimeout, getSystemTimerManager, registerTimeout)
 
 ------------------------------------------------------------------------------
 -- Colors and handlers
@@ -107,12 +106,27 @@ data Config = Config
   , cfgLongHandlerNanos :: !Int
     -- ^ If positive, time every handler and count those that run longer
     --   (a debugging aid; it costs two clock reads per event).
+  , cfgStealMargin      :: !Int
+    -- ^ The weft policies ('TimeLeft', 'PenaltyAware', 'LocalityAware',
+    --   'Mely') steal from a core only while the handler costs of the
+    --   events queued on it add up to at least this, in ns (default
+    --   50,000; 0 for no margin);
+    --   Note [When to steal]. The paper's baselines ignore it.
   } deriving (Show)
 
 -- | Mely's policy, batches of 10, one worker per capability, 65536 colors,
--- this machine's topology, no handler timing.
+-- this machine's topology, no handler timing, a steal margin of 50 us.
 defaultConfig :: Config
-defaultConfig = Config Mely 10 0 65536 Nothing 0
+defaultConfig = Config Mely 10 0 65536 Nothing 0 defaultStealMargin
+
+-- | The default 'cfgStealMargin', in ns.
+defaultStealMargin :: Int
+defaultStealMargin = 50000
+
+-- | The policies weft adds to the paper's baselines, which take
+-- 'cfgStealMargin' into account.
+weftPolicy :: Policy -> Bool
+weftPolicy p = p `elem` [TimeLeft, PenaltyAware, LocalityAware, Mely]
 
 ------------------------------------------------------------------------------
 -- The runtime
@@ -150,10 +164,9 @@ stOpen = 0
 stDraining = 1
 stClosed = 2
 
--- Per-core words: statistics, and (not a count) the monotonic time in ns
--- before which the core does not steal (Note [Stealing back-off]).
+-- Per-core statistics words.
 statStride, stEvents, stAttempts, stSteals, stEventsStolen, stWorkStolen,
-  stStealNanos, stErrors, stLong, stParks, stNeighbour, stUnpaid, stStealAfter :: Int
+  stStealNanos, stErrors, stLong, stParks, stNeighbour, stUnpaid :: Int
 statStride = 16
 stEvents = 0
 stAttempts = 1
@@ -166,7 +179,6 @@ stLong = 7
 stParks = 8
 stNeighbour = 9
 stUnpaid = 10
-stStealAfter = 11
 
 -- | The number of workers.
 runtimeCores :: Runtime -> Int
@@ -183,9 +195,11 @@ newRuntime cfg = do
       layout = if policy == LibasyncSmp then SingleList else ColorQueues
       timeLeft = policy `elem` [TimeLeft, PenaltyAware, Mely]
   topo <- maybe (systemTopology cores) return (cfgTopology cfg)
-  q <- newQueues layout timeLeft cores (cfgColors cfg) (cfgBatch cfg)
+  q <- (if policy == NoStealing then withoutHints else id)
+         <$> newQueues layout timeLeft cores (cfgColors cfg) (cfgBatch cfg)
   cost <- calibrateSteal layout
   setStealCost q cost
+  setStealMargin q (if weftPolicy policy then max 0 (cfgStealMargin cfg) else 0)
   wakes <- replicateM cores newEmptyMVar
   dones <- replicateM cores newEmptyMVar
   st <- newCounters (cores * statStride)
@@ -218,7 +232,7 @@ post rt color h body = mask_ $ do
       c = color .&. rtColorMask rt
       w | rtUsePenalty rt = handlerCost h `quot` max 1 (handlerPenalty h)
         | otherwise = handlerCost h
-      !ev = Ev w (handlerPriority h) (handlerName h) body
+      !ev = Ev w (handlerCost h) (handlerPriority h) (handlerName h) body
       attempt = do
         o <- ownerOf q c
         lockCore q o
@@ -313,23 +327,58 @@ shutdown rt = do
 -- holder preempted on their own capability. In weft-sws this cut the time
 -- spent waiting for locks about threefold.
 
--- | A worker's judgement of its steals (Note [Stealing back-off]): its
--- back-off level; the ns the pass of the steal being judged took (-1 for
--- none); the color that steal took; the ns its events have run since.
-data Judge = Judge !(IORef Int) !(IORef Int) !(IORef Int) !(IORef Int)
+-- Note [When to steal]
+-- ~~~~~~~~~~~~~~~~~~~~
+-- A worker with nothing of its own to run steals at once, on every idle
+-- pass, as its policy says; the decision is made before the steal, from
+-- what the policy knows, and nothing silences a policy afterwards.
+--
+-- * The paper's baselines decide as the paper describes: LibasyncSmp and
+--   MelyBase take the first color that is not running and holds under
+--   half the victim's events, from any victim with two colors queued.
+-- * Time-left stealing (TimeLeft, PenaltyAware, Mely) takes only a color
+--   whose queued work (its events' annotated costs, divided by their
+--   penalties for the penalty-aware ones) exceeds the measured cost of a
+--   steal, the costliest first (Note [The stealing queue] in
+--   "Weft.Color.Internal.Queues"). LocalityAware takes MelyBase's choice
+--   from the nearest victim.
+-- * The weft policies (all four above) also leave a victim alone while
+--   its backlog, the summed handler costs of the events queued on it, is
+--   below 'cfgStealMargin' (50 us by default).
+--   A steal costs more than its pass: the thief is often woken for it,
+--   the color's data moves between caches, and the thief's core may be
+--   one that other processes wanted; a victim with less queued than that
+--   would have run the color itself about as soon. A victim with more
+--   (a burst posted on one core, a core stuck in a long handler) is
+--   robbed at once, one steal per idle pass, for as long as it stays
+--   above the margin. So a balanced server's short queues are not
+--   stolen from, and an imbalanced load is spread as the policy says.
+--
+-- An idle worker looks at each victim's steal hint only (Note [Steal
+-- hints] in "Weft.Color.Internal.Queues"), which already says whether
+-- the victim holds a color the policy could take and, for the weft
+-- policies, whether it is above the margin; so idle passes do not slow
+-- the owners down. A parked worker is woken by a busy one as it starts a
+-- batch with its hint up (Note [Parking]). Whether a steal paid (its work
+-- ran for at least twice the pass that took it) is counted, as a
+-- statistic only.
+
+-- | A worker's record of its last steal, for the statistics: the ns its
+-- pass took (-1 for none); the color it took; the ns its events have run
+-- since.
+data Judge = Judge !(IORef Int) !(IORef Int) !(IORef Int)
 
 worker :: Runtime -> (forall a. IO a -> IO a) -> Int -> IO ()
 worker rt unmask me = do
-  judge <- Judge <$> newIORef 0 <*> newIORef (-1) <*> newIORef (-1) <*> newIORef 0
+  judge <- Judge <$> newIORef (-1) <*> newIORef (-1) <*> newIORef 0
   workerJudging rt unmask me judge
 
 workerJudging :: Runtime -> (forall a. IO a -> IO a) -> Int -> Judge -> IO ()
-workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
+workerJudging rt unmask me (Judge judged stolen ranSince) = loop 0 0
   where
     q = rtQueues rt
     stealing = rtPolicy rt /= NoStealing
     statAdd k d = bumpCounter (rtStats rt) (me * statStride + k) d
-    stealAfter = me * statStride + stStealAfter
 
     loop :: Int -> Int -> IO ()
     loop !batches !idleRounds = do
@@ -359,7 +408,7 @@ workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
         else idle batches idleRounds
 
     runAll [] !n = return n
-    runAll (Ev _ _ name body : rest) !n = do
+    runAll (Ev _ _ _ name body : rest) !n = do
       runOne name body
       runAll rest (n + 1)
 
@@ -384,41 +433,22 @@ workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
       st <- readCounter (rtState rt) sState
       if st == stClosed then return () else do
         judgeSteal
-        free <- if stealing then stealFree else return False
-        stole <- if free then stealRound else return False
+        stole <- if stealing then stealRound else return False
         if stole then loop batches 0
           else if rounds < spinRounds then yield >> loop batches (rounds + 1)
           else park
 
-    -- Idle again after a steal: did it pay? (Note [Stealing back-off])
+    -- Idle again after a steal: did it pay? (a statistic: Note [When to
+    -- steal])
     judgeSteal = do
       took <- readIORef judged
       when (took >= 0) $ do
         ran <- readIORef ranSince
         writeIORef judged (-1)
-        let paid = stealPaid took ran
-        unless paid $ statAdd stUnpaid 1
-        l <- nextLevel paid <$> readIORef level
-        writeIORef level l
-        now <- getMonotonicTimeNSec
-        writeCounter (rtStats rt) stealAfter
-          (if l == 0 then 0 else fromIntegral now + backoffNanos l)
-
-    -- Not backing off.
-    stealFree = do
-      after <- readCounter (rtStats rt) stealAfter
-      if after == 0 then return True else do
-        now <- fromIntegral <$> getMonotonicTimeNSec
-        -- Over: the common path reads no clock again.
-        when (now >= after) $ writeCounter (rtStats rt) stealAfter 0
-        return (now >= after)
+        unless (stealPaid took ran) $ statAdd stUnpaid 1
 
     -- Note [Parking]. The last steal pass runs with the flag raised, so a
     -- victim that gains stealable work after it sees the flag and wakes us.
-    --
-    -- A worker backing off does not make that pass, and sleeps with a timer
-    -- for the end of its back-off, as no busy worker wakes it to steal
-    -- meanwhile (Note [Stealing back-off]).
     park = do
       setParked q me True
       _ <- addCounter (rtState rt) sParked 1
@@ -426,37 +456,34 @@ workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
       n <- coreEvents q me
       unlockCore q me
       st <- readCounter (rtState rt) sState
-      free <- if stealing then stealFree else return False
-      stole <- if n == 0 && free then stealRound else return False
+      stole <- if n == 0 && stealing then stealRound else return False
       when (n == 0 && st /= stClosed && not stole) $ do
         statAdd stParks 1
-        alarm <- if stealing && not free then Just <$> wakeAtBackoffEnd else return Nothing
         takeMVar (indexArray (rtWake rt) me)
-        forM_ alarm $ \key -> cancelTimeout key
       setParked q me False
       _ <- addCounter (rtState rt) sParked (-1)
       loop 0 0
 
-    wakeAtBackoffEnd = do
-      after <- readCounter (rtStats rt) stealAfter
-      now <- getMonotonicTimeNSec
-      mgr <- getSystemTimerManager
-      registerTimeout mgr (max 1 ((after - fromIntegral now) `quot` 1000 + 1)) (wake rt me)
-
-    -- One pass over the victims; True if a color was stolen, which is
-    -- then judged by the time its events run (Note [Stealing back-off]).
+    -- One pass over the victims; True if a color was stolen, whose events
+    -- are then timed for the statistics.
+    --
+    -- The pass is timed from the first victim it locks: an idle worker
+    -- whose victims' hints are all down reads no clock, as it may make
+    -- many such passes in a row.
     stealRound = do
-      t0 <- getMonotonicTimeNSec
       victims <- victimsFor
-      c <- tryVictims victims
-      t1 <- getMonotonicTimeNSec
-      let took = fromIntegral (t1 - t0)
-      statAdd stStealNanos took
-      when (c >= 0) $ writeIORef judged took >> writeIORef stolen c >> writeIORef ranSince 0
-      return (c >= 0)
+      (c, t0) <- tryVictims 0 victims
+      if t0 == 0 then return False else do
+        t1 <- getMonotonicTimeNSec
+        let took = fromIntegral (t1 - t0)
+        statAdd stStealNanos took
+        when (c >= 0) $ writeIORef judged took >> writeIORef stolen c >> writeIORef ranSince 0
+        return (c >= 0)
 
     victimsFor
       | rtPolicy rt `elem` [LocalityAware, Mely] = return (indexArray (rtVictims rt) me)
+      -- One other core: no loads to compare (and none read from its lines).
+      | rtCores rt == 2 = return [1 - me]
       | otherwise = do
           -- Libasync-smp's construct_core_set: the most loaded core first,
           -- then the following core numbers.
@@ -465,21 +492,24 @@ workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
               top = fst (last (sortOn snd (zip [0 ..] loads)))
           return [ v | k <- [0 .. n - 1], let v = (top + k) `mod` n, v /= me ]
 
-    -- The color stolen, or -1.
-    tryVictims [] = return (-1)
-    tryVictims (v : vs) = do
+    -- The color stolen, or -1; and when the first victim was locked (0
+    -- for never).
+    tryVictims :: Word64 -> [Int] -> IO (Int, Word64)
+    tryVictims start [] = return (-1, start)
+    tryVictims start (v : vs) = do
       -- Libasync-smp locks each victim to look; the others look first.
       worth <- if rtPolicy rt == LibasyncSmp then return True else hasStealable q v
-      if not worth then tryVictims vs else do
+      if not worth then tryVictims start vs else do
         statAdd stAttempts 1
         t0 <- getMonotonicTimeNSec
+        let start' = if start == 0 then t0 else start
         lockPair q me v
         c <- choose v
         moved <- if c >= 0 then Just <$> migrate q v me c else return Nothing
         unlockPair q me v
         t1 <- getMonotonicTimeNSec
         case moved of
-          Nothing -> tryVictims vs
+          Nothing -> tryVictims start' vs
           Just (n, w) -> do
             statAdd stSteals 1
             statAdd stEventsStolen n
@@ -491,7 +521,7 @@ workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
             old <- stealCost q
             let sample = min (fromIntegral (t1 - t0)) (2 * old + 1000)
             setStealCost q (max 1 ((7 * old + sample) `quot` 8))
-            return c
+            return (c, start')
 
     choose v = case rtPolicy rt of
       NoStealing -> return (-1)
@@ -501,6 +531,11 @@ workerJudging rt unmask me (Judge level judged stolen ranSince) = loop 0 0
       TimeLeft -> chooseWorthy q v
       PenaltyAware -> chooseWorthy q v
       Mely -> chooseWorthy q v
+
+-- | Did a steal pay? @stealPaid took ran@: the steal pass took @took@ ns,
+-- and the stolen work then ran for @ran@ ns before the thief was idle.
+stealPaid :: Int -> Int -> Bool
+stealPaid took ran = ran >= 2 * took
 
 -- | Report a handler's exception on stderr. Showing the exception runs
 -- the handler's code too (a lazy 'error' message, a 'Show' instance), and
@@ -529,14 +564,7 @@ wakeThief rt victim = do
   when (parked > 0) $ do
     more <- hasStealable q victim
     when more $ do
-      -- A sleeper backing off is left alone (Note [Stealing back-off]);
-      -- the clock is read only for one that may be.
-      let ready t = do
-            sleeping <- parkedFlag q t
-            after <- readCounter (rtStats rt) (t * statStride + stStealAfter)
-            if not sleeping || after == 0 then return sleeping
-              else (>= after) . fromIntegral <$> getMonotonicTimeNSec
-      sleepers <- filterM ready (indexArray (rtVictims rt) victim)
+      sleepers <- filterM (parkedFlag q) (indexArray (rtVictims rt) victim)
       case sleepers of
         t : _ -> wake rt t
         [] -> return ()
@@ -553,7 +581,7 @@ calibrateSteal layout = do
   q <- newQueues layout False 2 2 1
   ts <- forM [1 .. 101 :: Int] $ \_ -> do
     lockCore q 0
-    push q 0 0 (Ev 0 0 "calibrate" (return ()))
+    push q 0 0 (Ev 0 0 0 "calibrate" (return ()))
     unlockCore q 0
     t0 <- getMonotonicTimeNSec
     lockPair q 1 0
@@ -583,9 +611,9 @@ data CoreStats = CoreStats
   , csLongHandlers    :: !Int  -- ^ handlers longer than 'cfgLongHandlerNanos'
   , csParks           :: !Int  -- ^ times the worker slept
   , csNeighbourSteals :: !Int  -- ^ steals from a nearest core in the topology
-  , csUnpaidSteals    :: !Int  -- ^ steals that did not pay, each a step of
-                               --   back-off (Note [Stealing back-off] in
-                               --   "Weft.Color.Internal.Backoff")
+  , csUnpaidSteals    :: !Int  -- ^ steals whose work ran for less than
+                               --   twice the pass that took it (Note [When
+                               --   to steal])
   } deriving (Eq, Show)
 
 -- | Per-core statistics, core 0 first. Counts are read without stopping the
