@@ -108,9 +108,8 @@ modelCoreEvents ColorQueues m k = sum [ count m c | (c, o) <- IM.toList (mOwner 
 
 runQueues :: Setup -> [Op] -> IO (Maybe String)
 runQueues (Setup layout timeLeft cores batch cost margin) ops = do
-  q <- newQueues layout timeLeft cores modelColors batch
+  q <- withStealMargin margin <$> newQueues layout timeLeft cores modelColors batch
   setStealCost q cost
-  setStealMargin q margin
   model <- newIORef (newModel cores)
   let home c = c `mod` cores
       locked k act = lockCore q k *> act <* unlockCore q k

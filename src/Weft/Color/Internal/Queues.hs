@@ -75,8 +75,7 @@ module Weft.Color.Internal.Queues
     -- * Steal cost
   , stealCost
   , setStealCost
-  , stealMargin
-  , setStealMargin
+  , withStealMargin
     -- * Parking
   , parkedFlag
   , setParked
@@ -131,6 +130,7 @@ data Queues = Queues
   , queueLayout :: !Layout
   , qTimeLeft   :: !Bool   -- ^ keep the stealing queues
   , qHinted     :: !Bool   -- ^ keep the steal hints (Note [Steal hints])
+  , qMargin     :: !Int    -- ^ the steal margin, ns ('withStealMargin')
   , qBatch      :: !Int
     -- per color
   , cOwner  :: !(MutablePrimArray RealWorld Int32)
@@ -169,9 +169,8 @@ wBucket0 = 7      -- 7, 8, 9: the stealing buckets' heads
 wLockWait = 10
 wBacklog = 11     -- queued handler cost (ns), color queues only
 
-gStealCost, gStealMargin :: Int
+gStealCost :: Int
 gStealCost = 0
-gStealMargin = 1
 
 -- | @newQueues layout timeLeft cores colors batch@: empty queues. @colors@
 -- is rounded up to a power of two.
@@ -207,7 +206,7 @@ newQueues layout timeLeft cores colors0 batch = do
   g <- newCounters 8
   return Queues
     { queueCores = cores, queueColors = colors, queueLayout = layout
-    , qTimeLeft = timeLeft, qHinted = cores > 1, qBatch = max 1 batch
+    , qTimeLeft = timeLeft, qHinted = cores > 1, qMargin = 0, qBatch = max 1 batch
     , cOwner = owner, cCount = count, cLinked = linked, cPrev = prev, cNext = next
     , cBucket = bucket, cSPrev = sprev, cSNext = snext, cWork = work, cPrio = prio
     , cEvents = evs, qCoreWords = coreWords, qRings = arrayFromList rings
@@ -534,7 +533,7 @@ refreshHint q v = when (qHinted q) $ do
 -- (Note [When to steal] in "Weft.Color.Internal.Runtime").
 stealableNow :: Queues -> Int -> IO Bool
 stealableNow q v = do
-  margin <- readCounter (qGlobal q) gStealMargin
+  let margin = qMargin q
   enough <- if margin <= 0 then return True else (>= margin) <$> rd q v wBacklog
   if enough then takeable q v else return False
 
@@ -714,14 +713,11 @@ stealCost q = readCounter (qGlobal q) gStealCost
 setStealCost :: Queues -> Int -> IO ()
 setStealCost q = writeCounter (qGlobal q) gStealCost
 
--- | The backlog (ns) a core must have before a thief takes anything
--- from it; 0 for none (Note [When to steal] in
--- "Weft.Color.Internal.Runtime"). Color queues only; set before use.
-setStealMargin :: Queues -> Int -> IO ()
-setStealMargin q = writeCounter (qGlobal q) gStealMargin
-
-stealMargin :: Queues -> IO Int
-stealMargin q = readCounter (qGlobal q) gStealMargin
+-- | The same queues, whose steal hints say no while a core's backlog
+-- (ns) is below the margin; 0 (the default) for none (Note [When to
+-- steal] in "Weft.Color.Internal.Runtime"). Color queues only; before use.
+withStealMargin :: Int -> Queues -> Queues
+withStealMargin m q = q { qMargin = max 0 m }
 
 -- | Whether a core's worker is parked (or about to park).
 parkedFlag :: Queues -> Int -> IO Bool

@@ -196,10 +196,10 @@ newRuntime cfg = do
       timeLeft = policy `elem` [TimeLeft, PenaltyAware, Mely]
   topo <- maybe (systemTopology cores) return (cfgTopology cfg)
   q <- (if policy == NoStealing then withoutHints else id)
+         . withStealMargin (if weftPolicy policy then cfgStealMargin cfg else 0)
          <$> newQueues layout timeLeft cores (cfgColors cfg) (cfgBatch cfg)
   cost <- calibrateSteal layout
   setStealCost q cost
-  setStealMargin q (if weftPolicy policy then max 0 (cfgStealMargin cfg) else 0)
   wakes <- replicateM cores newEmptyMVar
   dones <- replicateM cores newEmptyMVar
   st <- newCounters (cores * statStride)
