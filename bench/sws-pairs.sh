@@ -2,14 +2,14 @@
 # sws-pairs.sh BIN REPS SECS [reconnect]: weft-sws (from BIN) under NoStealing, Mely and
 # TimeLeft at -N2 on cores 0,1, wrk (1 thread, 64 connections, 1 KiB file) on core 1,
 # the three alternated REPS times; prints "round policy req/s server-CPU-us/req" per run.
-# Run it for two builds, alternating, to compare them side by side.
+# SWS_ARGS adds options to every weft-sws. Run it for two builds, alternating, to compare them side by side.
 BIN=$1; REPS=$2; SECS=$3; MODE=${4:-keepalive}
 tmp=$(mktemp -d)
 root=$(mktemp -d); head -c 1024 /dev/zero | tr '\0' 'x' > $root/f
 declare -A port pid
 p=31000
 for pol in NoStealing Mely TimeLeft; do
-  port[$pol]=$p; taskset -c 0,1 $BIN/weft-sws $p $root --policy $pol +RTS -N2 -RTS > $tmp/$pol.log 2>&1 & pid[$pol]=$!; p=$((p+1))
+  port[$pol]=$p; taskset -c 0,1 $BIN/weft-sws $p $root --policy $pol $SWS_ARGS +RTS -N2 -RTS > $tmp/$pol.log 2>&1 & pid[$pol]=$!; p=$((p+1))
 done
 sleep 1
 lua=""

@@ -27,6 +27,7 @@ usage = unlines
   [ "PORT DOCROOT [options]"
   , "  --policy NAME         work stealing policy: " ++ intercalate ", " (map policyName allPolicies) ++ " (default Mely)"
   , "  --batch N             events of one color run in a row (default 10)"
+  , "  --steal-margin US     weft policies leave a core alone while its queued work is below this (default 50)"
   , "  --cores N             workers (default: one per capability)"
   , "  --max-clients N       open connections at most; more are answered 503 (default 10000)"
   , "  --accept-batch N      connections one Accept event takes (default 64)"
@@ -59,6 +60,9 @@ parseOptions o (flag : value : rest) = case flag of
     Just p -> parseOptions (rt (\c -> c { cfgPolicy = p })) rest
     Nothing -> Left ("unknown policy " ++ value)
   "--batch" -> positive $ \n -> rt (\c -> c { cfgBatch = n })
+  "--steal-margin" -> case reads value of
+    [(us, "")] | us >= (0 :: Int) -> parseOptions (rt (\c -> c { cfgStealMargin = us * 1000 })) rest
+    _ -> Left ("bad --steal-margin " ++ value)
   "--cores" -> positive $ \n -> rt (\c -> c { cfgCores = n })
   "--max-clients" -> positive $ \n -> srv (\c -> c { cfgMaxClients = n })
   "--accept-batch" -> positive $ \n -> srv (\c -> c { cfgAcceptBatch = n })
