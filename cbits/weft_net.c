@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #ifdef WEFT_LINUX
@@ -39,7 +40,36 @@
 #define MSG_MORE 0
 #endif
 
-enum { G_USE = 0, G_ACTIVITY = 1, G_TRACK = 2, G_MIN_RECV = 4, G_RECV_ACC = 5 };
+enum { G_USE = 0, G_ACTIVITY = 1, G_TRACK = 2, G_MIN_RECV = 4, G_RECV_ACC = 5, G_STATE = 6 };
+
+/* What a tracked connection is doing, from its last syscalls (Note [What a
+ * connection waits for] in Weft.Net.Internal.Socket). */
+enum { ST_ANSWERED = 0, ST_RECEIVED = 1, ST_WAIT_NEXT = 2, ST_WAIT_MORE = 3, ST_WAIT_READER = 4 };
+
+static inline void set_state(int64_t *g, int64_t st)
+{
+    if (__atomic_load_n(&g[G_STATE], __ATOMIC_RELAXED) != st)
+        __atomic_store_n(&g[G_STATE], st, __ATOMIC_RELAXED);
+}
+
+/* A tracked connection's receive or send found nothing to do: it now waits
+ * for its peer, for the next request, for more of the current one, or for
+ * the peer to read. */
+static inline void note_wait(int64_t *g, int received)
+{
+    if (__atomic_load_n(&g[G_TRACK], __ATOMIC_RELAXED)) {
+        int64_t st = __atomic_load_n(&g[G_STATE], __ATOMIC_RELAXED);
+        if (!received)
+            set_state(g, ST_WAIT_READER);
+        else
+            set_state(g, st == ST_RECEIVED || st == ST_WAIT_MORE ? ST_WAIT_MORE : ST_WAIT_NEXT);
+    }
+}
+
+void weft_net_note_wait(int64_t *g, int received)
+{
+    note_wait(g, received);
+}
 
 static inline int enter(int64_t *g)
 {
@@ -68,6 +98,7 @@ static inline void stamp(int64_t *g)
 static inline void note_progress(int64_t *g, long r, int received)
 {
     if (r > 0 && __atomic_load_n(&g[G_TRACK], __ATOMIC_RELAXED)) {
+        set_state(g, received ? ST_RECEIVED : ST_ANSWERED);
         int64_t min = received ? __atomic_load_n(&g[G_MIN_RECV], __ATOMIC_RELAXED) : 0;
         if (min <= 0) {
             stamp(g);
@@ -88,6 +119,8 @@ void weft_net_note_progress(int64_t *g, long r, int received)
 static inline void leave_as(int64_t *g, long r, int received)
 {
     note_progress(g, r, received);
+    if (r == -EAGAIN || r == -EWOULDBLOCK)
+        note_wait(g, received);
     __atomic_fetch_sub(&g[G_USE], 2, __ATOMIC_RELEASE);
 }
 
@@ -302,4 +335,21 @@ long weft_net_local_addr(int fd, struct sockaddr *addr, socklen_t *len)
 long weft_net_close(int fd)
 {
     return close(fd) < 0 ? -errno : 0;
+}
+
+/* An fd held in reserve, so that a server out of fds can still accept a
+ * client to refuse it (Note [Making room under fd pressure] in
+ * Weft.Net.Internal.Serve). */
+int weft_net_reserve_fd(void)
+{
+    return open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+/* The soft limit on open files, or -1 if there is none. */
+long weft_net_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return -1;
+    return (long)rl.rlim_cur;
 }

@@ -19,6 +19,7 @@ import qualified Test.Uring
 import qualified Test.Color
 import qualified Test.ColorQueues
 import qualified Test.FdTable
+import qualified Test.Eviction
 import qualified Test.Lifecycle
 import qualified Test.Http
 import qualified Test.Kv
@@ -43,6 +44,7 @@ main = do
   kinds <- filterM usable E.availableBackendKinds
   hspec $ do
     Test.FdTable.spec
+    Test.Eviction.spec
     Test.Slot.spec
     Test.Spin.spec
     Test.Wheel.spec

@@ -21,7 +21,7 @@ main = do
   hSetBuffering stderr LineBuffering
   name <- getProgName
   args <- getArgs
-  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--policy "
+  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--max-clients N] [--policy "
               ++ concatMap (\p -> Color.policyName p ++ "|") (init Color.allPolicies)
               ++ Color.policyName (last Color.allPolicies) ++ "]"
       die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\n" ++ usage) >> exitFailure
@@ -51,6 +51,9 @@ main = do
     parse ("--send-stall" : t : rest) cfg port = case reads t of
       [(secs, "")] | secs >= (0 :: Double) -> parse rest cfg { serverSendStall = round (secs * 1e6) } port
       _ -> Left ("bad --send-stall " ++ t)
+    parse ("--max-clients" : n : rest) cfg port = case reads n of
+      [(k, "")] | k >= (0 :: Int) -> parse rest cfg { serverMaxClients = k } port
+      _ -> Left ("bad --max-clients " ++ n)
     parse ("--policy" : p : rest) cfg port = case Color.parsePolicy p of
       Just pol -> parse rest cfg { serverRuntime = (serverRuntime cfg) { Color.cfgPolicy = pol } } port
       Nothing -> Left ("unknown policy " ++ p)

@@ -4,8 +4,10 @@
 -- enforced (431). With weft, idle connections are closed after 60 s unless
 -- @--idle-timeout@ says otherwise, and a request trickled in at under 1 KiB
 -- per idle period does not count as activity (@--min-receive BYTES@), so
--- slow clients cannot hold connections for ever; out of fds, the server
--- closes the least active connections to let new clients in.
+-- slow clients cannot hold connections for ever. A full server (at
+-- @--max-clients N@, by default the fd limit less 32, or out of fds)
+-- closes a stalled or idle keep-alive connection for a newcomer, or
+-- answers the newcomer 503.
 -- @--body-bytes N@ makes the body N bytes
 -- long instead of 4, to compare with servers sending files of that size.
 module Main (main) where
@@ -14,9 +16,10 @@ import System.Environment (getArgs, withArgs)
 import System.Exit (exitFailure)
 import System.IO (hPutStrLn, stderr)
 
-import Example.Http (pongResponseOf)
+import Example.Http (pongResponseOf, tooManyClientsResponse)
 import Example.Serve
 import Example.Servers
+import qualified Weft.Net as W
 
 main :: IO ()
 main = do
@@ -24,8 +27,8 @@ main = do
   case bodyOption args of
     Left msg -> hPutStrLn stderr ("weft-pong: " ++ msg) >> exitFailure
     Right (bytes, rest) -> withArgs rest $
-      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--min-receive BYTES] [--body-bytes N]" 0 60000000
-        (\_ -> Just (pongServerWith (pongResponseOf bytes)))
+      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--min-receive BYTES] [--max-clients N] [--body-bytes N]" 0 60000000
+        (Admit W.EvictStalledThenIdle tooManyClientsResponse) (\_ -> Just (pongServerWith (pongResponseOf bytes)))
 
 -- | Take @--body-bytes N@ (default 4) out of the arguments; the rest are
 -- 'serverMain's.

@@ -65,16 +65,28 @@ module Weft.Net
   , serve
   , acceptLoop
   , acceptPatiently
-    -- * Making room under fd pressure
-  , acceptMakingRoom
+    -- * Admitting clients under fd pressure
+  , Eviction (..)
+  , Admission
+  , newAdmission
+  , closeAdmission
+  , acceptAdmitting
+  , refuseClient
+  , clientLimit
+  , reservedFds
+  , chooseVictim
+  , Choice (..)
+  , Standing (..)
+  , connectionStanding
+  , awaitingPeer
   , trackProgress
-  , leastProgressing
     -- * Parsing received bytes
   , byteAt
   ) where
 
 import Weft.Internal.Bytes (byteAt)
 import Weft.Net.Internal.Calls
+import Weft.Net.Internal.Eviction (Choice (..), Eviction (..), Standing (..))
 import Weft.Net.Internal.Serve
-import Weft.Net.Internal.Socket (Socket, close, isIdleTimeoutError, setIdleTimeout, setMinimumReceive,
-                                 socketFd, trackProgress)
+import Weft.Net.Internal.Socket (Socket, awaitingPeer, close, connectionStanding, isIdleTimeoutError, setIdleTimeout,
+                                 setMinimumReceive, socketFd, trackProgress)

@@ -28,7 +28,7 @@ import Test.QuickCheck hiding (within)
 import Kv.Resp
 import Kv.Server
 import Support (within)
-import Test.Net (connectClient, makesRoomForNewcomers, recvExactly)
+import Test.Net (connectClient, keepsClientsWhenFull, recvExactly)
 
 spec :: Spec
 spec = describe "weft-kv" $ do
@@ -449,10 +449,15 @@ serverSpec = do
       let cmds i v = let k = C.pack ("rnd:" ++ show (i :: Int)) in
             [ ["SET", k, C.pack v], ["INCR", k], ["INCRBY", k, C.pack v], ["DECRBY", k, "7"] ]
       differential kv redis (concat (zipWith cmds [0 ..] values))
- it "out of fds at accept, closes the idle clients that made the least progress, and serves newcomers" $
-  withKv 65536 $ \addr -> makesRoomForNewcomers addr $ \c -> do
+ it "out of fds, keeps its idle clients (a connection pool) and tells newcomers the limit is reached" $
+  withKv 65536 $ \addr -> keepsClientsWhenFull True addr "-ERR max number of clients reached\r\n" $ \c -> do
     NB.sendAll c (encodeCommand ["PING"])
     recvExactly c 7 `shouldReturn` "+PONG\r\n"
+ it "at --max-clients, keeps its idle clients and tells newcomers the limit is reached" $
+  withKvConfig defaultServerConfig { serverMaxClients = 8 } $ \addr ->
+    keepsClientsWhenFull False addr "-ERR max number of clients reached\r\n" $ \c -> do
+      NB.sendAll c (encodeCommand ["SET", "pool", "x"])
+      recvExactly c 5 `shouldReturn` "+OK\r\n"
  it "with --timeout, closes a client that trickles a command, and keeps one that talks" $
   withKvConfig defaultServerConfig { serverTimeout = 300000, serverMinReceive = 64 } $ \addr ->
     withClient addr $ \slow -> withClient addr $ \steady -> do

@@ -3,7 +3,8 @@
 -- resets, half-close, idle timeouts, fd exhaustion at accept, UDP and
 -- interop. Clients are @network@ sockets (GHC's manager) unless the test is
 -- about weft's client side.
-module Test.Net (spec, withWeftServer, withPair, liveWatches, recvExactly, connectClient, countFds, makesRoomForNewcomers) where
+module Test.Net (spec, withWeftServer, withPair, liveWatches, recvExactly, connectClient, countFds, makesRoomForNewcomers,
+                 keepsClientsWhenFull, recvToEnd) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (async, forConcurrently_, mapConcurrently, wait)
@@ -39,8 +40,47 @@ withWeftServer cfg handler body = do
   bracket (forkIO (W.serve cfg { W.serverOnReady = putMVar ready } loopback handler)) killThread $ \_ ->
     body =<< within 5 "server start" (takeMVar ready)
 
--- | A server out of fds must make room for new clients (Note [Making room
--- under fd pressure] in "Weft.Net"): with room for three connections, two
+-- | A full server keeps every client it serves and answers each newcomer
+-- with its refusal and a close (Note [Making room under fd pressure] in
+-- "Weft.Net.Internal.Serve"): with room for eight connections (fds, or the
+-- server's limit if @headroom@ is 'False'), eight clients connect and talk
+-- once, then stay idle for 300 ms (past the eviction grace); six
+-- newcomers then each get exactly @refusal@ and the end of the stream,
+-- within a second, and every one of the eight is still served. Once all
+-- have left, the process has the fds it had before they came.
+keepsClientsWhenFull :: Bool -> SockAddr -> B.ByteString -> (N.Socket -> IO ()) -> IO ()
+keepsClientsWhenFull headroom addr refusal exchange = do
+  startManagers
+  performMajorGCAndSettle
+  fds0 <- countFds
+  -- Client sockets made before the limit drops; connecting needs no fd.
+  clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+  newcomers <- replicateM 6 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+  let limited act = if headroom then withFdHeadroom 8 (const act) else act
+  (`finally` mapM_ N.close (clients ++ newcomers)) $ limited $ do
+    forM_ clients $ \c -> within 1 "a client's first answer" (N.connect c addr >> exchange c)
+    threadDelay 300000
+    forM_ newcomers $ \c -> within 1 "a newcomer's refusal" $ labelled "a newcomer" $ do
+      N.connect c addr
+      recvToEnd c `shouldReturn` refusal
+    forM_ clients $ \c -> within 1 "an established client's answer" (labelled "an established client" (exchange c))
+  -- The server's side closes once the clients are gone.
+  _ <- try (eventually "the fds back to what they were" ((== fds0) <$> countFds)) :: IO (Either SomeException ())
+  countFds `shouldReturn` fds0
+  where
+    performMajorGCAndSettle = threadDelay 20000
+
+-- | Everything a peer sends until it closes; an 'IOException' (a reset)
+-- is thrown.
+recvToEnd :: N.Socket -> IO B.ByteString
+recvToEnd s = go []
+  where
+    go acc = do
+      c <- NB.recv s 4096
+      if B.null c then return (B.concat (reverse acc)) else go (c : acc)
+
+-- | An HTTP server out of fds may close idle clients for new ones (Note
+-- [Making room under fd pressure] in "Weft.Net.Internal.Serve"): with room for three connections, two
 -- idle clients and a busy one (an exchange every 5 ms) hold them; once
 -- the idle ones are stale (300 ms), five newcomers arrive 30 ms apart, and
 -- each must be answered within a second. The idle clients must be closed,
@@ -97,6 +137,12 @@ labelled what act = act `catch` \(e :: IOException) -> throwIO (userError (what 
 
 echo :: W.Socket -> SockAddr -> IO ()
 echo s _ = echoLoop s
+
+-- | One echoed byte.
+echoX :: N.Socket -> IO ()
+echoX c = do
+  NB.sendAll c (BC.pack "x")
+  recvExactly c 1 `shouldReturn` BC.pack "x"
 
 echoLoop :: W.Socket -> IO ()
 echoLoop s = do
@@ -302,14 +348,35 @@ spec kind = describe "Weft.Net" $ do
       recvExactly active 1 `shouldReturn` BC.pack "q"
       mapM_ N.close [idle, active]
 
-  it "out of fds at accept, makes room by closing the least active connections, not the busy one" $
-    withWeftServer W.defaultServerConfig echo $ \addr -> makesRoomForNewcomers addr $ \c -> do
-      NB.sendAll c (BC.pack "x")
-      recvExactly c 1 `shouldReturn` BC.pack "x"
+  it "out of fds, keeps every established client (idle or not) and refuses newcomers with a close" $
+    withWeftServer W.defaultServerConfig echo $ \addr -> keepsClientsWhenFull True addr B.empty echoX
+
+  it "at serverMaxClients, refuses newcomers with exactly serverRefusal, keeps the clients it has" $
+    withWeftServer W.defaultServerConfig { W.serverMaxClients = 8, W.serverRefusal = BC.pack "busy\n" } echo $ \addr ->
+      keepsClientsWhenFull False addr (BC.pack "busy\n") echoX
+
+  it "with EvictStalledThenIdle, out of fds, closes idle clients for newcomers, never the busy one" $
+    withWeftServer W.defaultServerConfig { W.serverEviction = W.EvictStalledThenIdle } echo $ \addr ->
+      makesRoomForNewcomers addr echoX
+
+  it "never closes a connection its handler is working for, even under EvictStalledThenIdle" $ do
+    -- The handler takes 700 ms over each request, without any I/O.
+    let slowEcho s _ = do
+          c <- W.recv s 4096
+          unless (B.null c) (threadDelay 700000 >> W.sendAll s c >> slowEcho s undefined)
+    withWeftServer W.defaultServerConfig { W.serverEviction = W.EvictStalledThenIdle, W.serverMaxClients = 1 } slowEcho $ \addr -> do
+      worked <- connectClient addr
+      newcomer <- N.socket N.AF_INET N.Stream N.defaultProtocol
+      (`finally` mapM_ N.close [worked, newcomer]) $ do
+        NB.sendAll worked (BC.pack "w")
+        threadDelay 400000
+        within 1 "the newcomer's refusal" $ (N.connect newcomer addr >> recvToEnd newcomer) `shouldReturn` B.empty
+        within 2 "the slow answer" (recvExactly worked 1) `shouldReturn` BC.pack "w"
 
   it "slow clients cannot lock fresh ones out at the fd limit; a slow but steady upload is not cut off" $ do
     -- A toy protocol: heads end with a blank line, and each gets "ok".
-    let cfg = W.defaultServerConfig { W.serverIdleTimeout = 300000, W.serverMinReceive = 64 }
+    let cfg = W.defaultServerConfig { W.serverIdleTimeout = 300000, W.serverMinReceive = 64
+                                    , W.serverEviction = W.EvictStalled }
         heads s acc = do
           c <- W.recv s 4096
           unless (B.null c) $ do
@@ -325,6 +392,7 @@ spec kind = describe "Weft.Net" $ do
       uploader <- N.socket N.AF_INET N.Stream N.defaultProtocol
       fresh <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
       (`finally` mapM_ N.close (slow ++ uploader : fresh)) $ withFdHeadroom 6 $ \_ -> do
+        N.connect uploader addr
         -- Slowloris: one byte of a head every 50 ms, never finished.
         tricklers <- forM slow $ \c -> async $ do
           N.connect c addr
@@ -336,9 +404,11 @@ spec kind = describe "Weft.Net" $ do
                   Right () | k < (60 :: Int) -> threadDelay 50000 >> go (k + 1)
                            | otherwise -> return False
           go 0
-        -- A steady upload: a 48 KiB head at 1 KiB per 20 ms.
+        -- A steady upload: a 48 KiB head at 1 KiB per 20 ms, from a client
+        -- that was there before the attack (one that comes with it may be
+        -- refused: the attackers have not sent anything yet, so none of
+        -- them can be closed for it).
         upload <- async $ labelled "the upload" $ do
-          N.connect uploader addr
           forM_ [1 .. 48 :: Int] $ \_ -> NB.sendAll uploader (BC.replicate 1024 'x') >> threadDelay 20000
           NB.sendAll uploader (BC.pack "\r\n\r\n")
           recvExactly uploader 3

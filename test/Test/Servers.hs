@@ -26,7 +26,7 @@ withServer :: ManagerChoice -> Int -> (Conn -> IO ()) -> (SockAddr -> IO a) -> I
 withServer choice idle handler body = do
   ready <- newEmptyMVar
   let addr = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
-  bracket (forkIO (runServer choice (Limits idle defaultMinReceive) addr (putMVar ready) handler)) killThread $ \_ ->
+  bracket (forkIO (runServer choice (Limits idle defaultMinReceive 0 plainAdmit) addr (putMVar ready) handler)) killThread $ \_ ->
     body =<< within 5 "server start" (takeMVar ready)
 
 withClient :: SockAddr -> (N.Socket -> IO a) -> IO a

@@ -248,7 +248,7 @@ spec = describe "weft-sws" $ do
           liftLimit
           forM_ clients $ \c -> expectReply c (get "/sub/page.html") pageOk
 
-    it "out of fds at accept, closes the idle clients that made the least progress, and serves newcomers" $
+    it "out of fds at accept, closes idle keep-alive clients for newcomers, never the busy one" $
       withSws policy id $ \_ addr -> makesRoomForNewcomers addr $ \c -> expectReply c (get "/hello.txt") helloOk
 
     it "serves 200 concurrent clients, each several requests" $

@@ -17,6 +17,7 @@ module Example.Http
   ( -- * Responses
     pongResponse
   , pongResponseOf
+  , tooManyClientsResponse
     -- * Limits
   , Limits (..)
   , defaultLimits
@@ -107,6 +108,11 @@ data HttpError
   | VersionNotSupported
     -- ^ A well-formed version other than HTTP/1.0 or HTTP/1.1 (505).
   deriving (Eq, Show)
+
+-- | The answer to a client refused for want of room (HTTP 503, closing).
+tooManyClientsResponse :: ByteString
+tooManyClientsResponse =
+  "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 20\r\nConnection: close\r\n\r\ntoo many connections"
 
 -- | The response status code for an error: 400, 431, 431, 413, 501 and 505.
 errorStatus :: HttpError -> Int

@@ -9,6 +9,8 @@ module Example.Serve
   , Conn (..)
   , serverMain
   , Limits (..)
+  , Admit (..)
+  , plainAdmit
   , defaultMinReceive
   , runServer
   ) where
@@ -49,14 +51,16 @@ lingerMicros :: Int
 lingerMicros = 1000000
 
 -- | Parse @PORT ARGS... [--manager weft|ghc] [--idle-timeout SECONDS]
--- [--min-receive BYTES]@ (the idle timeout, weft only, defaults to the
--- given microseconds; the minimum receive, 'defaultMinReceive' by default,
--- is how many received bytes count as progress against it), give the
+-- [--min-receive BYTES] [--max-clients N]@ (the idle timeout, weft only,
+-- defaults to the given microseconds; the minimum receive,
+-- 'defaultMinReceive' by default, is how many received bytes count as
+-- progress against it; the client limit, weft only, defaults to the fd
+-- limit less 'W.reservedFds', and a full server admits as @admit@ says), give the
 -- positional arguments after the port to @setup@, and serve every
 -- connection with the handler it returns, on 0.0.0.0:PORT, for ever. A
 -- handler's exception closes its connection only.
-serverMain :: String -> Int -> Int -> ([String] -> Maybe (Conn -> IO ())) -> IO ()
-serverMain usage nArgs defaultIdle setup = do
+serverMain :: String -> Int -> Int -> Admit -> ([String] -> Maybe (Conn -> IO ())) -> IO ()
+serverMain usage nArgs defaultIdle admit setup = do
   hSetBuffering stderr LineBuffering
   args <- getArgs
   name <- getProgName
@@ -70,7 +74,7 @@ serverMain usage nArgs defaultIdle setup = do
           runServer choice limits (SockAddrInet (fromIntegral p) 0) (\_ -> return ()) handler
     Right _ -> die "bad arguments"
   where
-    parse = go [] WeftManager (Limits defaultIdle defaultMinReceive)
+    parse = go [] WeftManager (Limits defaultIdle defaultMinReceive 0 admit)
     go pos m lim [] = Right (reverse pos, m, lim)
     go pos _ lim ("--manager" : "weft" : rest) = go pos WeftManager lim rest
     go pos _ lim ("--manager" : "ghc" : rest) = go pos GhcManager lim rest
@@ -79,13 +83,27 @@ serverMain usage nArgs defaultIdle setup = do
       | [(s, "")] <- reads secs, s >= (0 :: Double) = go pos m lim { limitIdle = round (s * 1e6) } rest
     go pos m lim ("--min-receive" : bytes : rest)
       | [(b, "")] <- reads bytes, b >= (0 :: Int) = go pos m lim { limitMinReceive = b } rest
+    go pos m lim ("--max-clients" : n : rest)
+      | [(k, "")] <- reads n, k > (0 :: Int) = go pos m lim { limitMaxClients = k } rest
     go _ _ _ (opt@('-' : '-' : _) : _) = Left ("unknown option " ++ opt)
     go pos m lim (a : rest) = go (a : pos) m lim rest
 
 -- | What bounds a weft connection's silence: its idle timeout in
 -- microseconds (0: none), and how many received bytes count as progress
--- against it ('W.setMinimumReceive').
-data Limits = Limits { limitIdle :: !Int, limitMinReceive :: !Int }
+-- against it ('W.setMinimumReceive'); and the clients at most (0: from the
+-- fd limit, 'W.serverMaxClients') and how a full server admits newcomers.
+data Limits = Limits
+  { limitIdle :: !Int, limitMinReceive :: !Int, limitMaxClients :: !Int, limitAdmit :: !Admit }
+
+-- | How a full server treats a newcomer (Note [Making room under fd
+-- pressure] in "Weft.Net.Internal.Serve"): which established connections
+-- it may close for it, and what it tells a newcomer it refuses.
+data Admit = Admit { admitEviction :: !W.Eviction, admitRefusal :: !B.ByteString }
+
+-- | For protocols where idle clients are normal (echo, SimpleServer):
+-- close none, refuse with a plain close.
+plainAdmit :: Admit
+plainAdmit = Admit W.EvictNone B.empty
 
 -- | The minimum receive by default: 1 KiB. A request head trickled in at
 -- less than 1 KiB per idle period does not hold a connection open; any
@@ -101,10 +119,11 @@ runServer WeftManager limits addr ready handler = serveWeft limits addr ready ha
 runServer GhcManager _ addr ready handler = serveGhc addr ready handler
 
 serveWeft :: Limits -> SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()
-serveWeft (Limits idle minReceive) addr ready handler = do
+serveWeft (Limits idle minReceive maxClients (Admit eviction refusal)) addr ready handler = do
   _ <- installHandler sigUSR1 (Catch reportStats) Nothing
   let cfg = W.defaultServerConfig
-        { W.serverIdleTimeout = idle, W.serverMinReceive = minReceive, W.serverOnReady = ready }
+        { W.serverIdleTimeout = idle, W.serverMinReceive = minReceive, W.serverOnReady = ready
+        , W.serverMaxClients = maxClients, W.serverEviction = eviction, W.serverRefusal = refusal }
   W.serve cfg addr $ \s _ ->
     handler Conn { connRecv = W.recv s, connSendAll = W.sendAll s, connSendMany = W.sendMany s }
       >> W.gracefulClose s lingerMicros

@@ -63,13 +63,20 @@ data ServerConfig = ServerConfig
     -- ^ Microseconds a connection's waiting replies may go without the
     -- client taking a byte of them before the connection is closed
     -- (default 60 s, redis's soft-limit seconds; 0 for never).
+  , serverMaxClients :: !Int
+    -- ^ Clients served at once at most, as redis's @maxclients@; a client
+    -- beyond them is answered @-ERR max number of clients reached@ and
+    -- closed. 0 (the default): the soft @RLIMIT_NOFILE@ less
+    -- 'Net.reservedFds', as redis derives it. No established client is
+    -- ever closed to make room (Note [Making room under fd pressure] in
+    -- "Weft.Net.Internal.Serve"): only its timeout ends an idle one.
   }
 
 -- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
 -- (1 KiB of minimum receive once one is set), 64 MiB of waiting replies
 -- at most, and 60 s for a client to take some of them.
 defaultServerConfig :: ServerConfig
-defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024 (64 * 1048576) 60000000
+defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024 (64 * 1048576) 60000000 0
 
 -- | Serve the Redis protocol on the address until this thread is killed;
 -- then stop accepting, let the runtime finish the events it accepted, and
@@ -82,9 +89,12 @@ runServer cfg addr = do
   live <- newIORef IntMap.empty
   let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
                 (serverOutputLimit cfg) (serverSendStall cfg) (resultsArrived env)
+  limit <- Net.clientLimit (serverMaxClients cfg)
+  let full = (>= limit) . IntMap.size <$> readIORef live
   (bracket (Net.listen addr) Net.close $ \l -> do
       serverOnReady cfg =<< Net.localAddress l
-      forever (Net.acceptMakingRoom (makeRoom env) l >>= adopt env))
+      bracket (Net.newAdmission full (return Net.Refuse) maxClientsReached) Net.closeAdmission $ \adm ->
+        forever (Net.acceptAdmitting adm l >>= adopt env))
     `finally` (Color.shutdown rt >> closeRemaining live)
   where
     closeRemaining live = do
@@ -141,10 +151,9 @@ chunksPerEvent = 4
 lingerMicros :: Int
 lingerMicros = 1000000
 
-hRead, hWrite, hClose, hStall :: Handler
+hRead, hWrite, hStall :: Handler
 hRead = handler "kv-read"
 hWrite = handler "kv-write"
-hClose = handler "kv-close"
 hStall = handler "kv-stall"
 
 ------------------------------------------------------------------------------
@@ -180,15 +189,9 @@ adopt env (sock, peer) = do
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
 
--- | Out of fds: close the connections that made the least progress
--- ('Net.leastProgressing'), each on its color; returns how many.
-makeRoom :: Env -> IO Int
-makeRoom env = do
-  conns <- IntMap.elems <$> readIORef (envLive env)
-  victims <- Net.leastProgressing [ (connSocket c, c) | c <- conns ]
-  forM_ victims $ \c -> post (envRuntime env) (connColor c) hClose (closeConn env c)
-    `catch` \RuntimeClosed -> return ()
-  return (length victims)
+-- | What a client beyond 'serverMaxClients' is told, as redis tells it.
+maxClientsReached :: ByteString
+maxClientsReached = B.pack (map (fromIntegral . fromEnum) "-ERR max number of clients reached\r\n")
 
 -- | A connection's color: its fd, spread over the color space (an odd
 -- multiplier, so consecutive fds alternate home cores).

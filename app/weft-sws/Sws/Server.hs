@@ -88,8 +88,10 @@ data ServerConfig = ServerConfig
   { cfgRuntime     :: !Config
     -- ^ The colored runtime's configuration: policy, batch, cores.
   , cfgMaxClients  :: !Int
-    -- ^ Most connections open at once; connections accepted beyond it
-    -- are answered 503 and closed at once (default 10000).
+    -- ^ Most connections open at once; a connection accepted beyond it
+    -- is answered 503 and closed at once, unless a stalled or idle
+    -- connection is closed for it ('W.EvictStalledThenIdle'). 0 (the
+    -- default): the soft @RLIMIT_NOFILE@ less 'W.reservedFds'.
   , cfgAcceptBatch :: !Int
     -- ^ Most connections one Accept event takes before it lets other
     -- events run (default 64).
@@ -110,7 +112,7 @@ data ServerConfig = ServerConfig
 defaultServerConfig :: ServerConfig
 defaultServerConfig = ServerConfig
   { cfgRuntime = defaultConfig
-  , cfgMaxClients = 10000
+  , cfgMaxClients = 0
   , cfgAcceptBatch = 64
   , cfgIdleTimeout = 60000000
   , cfgMinReceive = 1024
@@ -242,7 +244,9 @@ serverRefused = readIORef . srvRefused
 -- 'serverAddress') and serve the cache until 'stopServer'. Throws an
 -- 'IOError' if the address cannot be bound.
 startServer :: ServerConfig -> Cache -> SockAddr -> IO Server
-startServer cfg cache addr = do
+startServer cfg0 cache addr = do
+  limit <- W.clientLimit (cfgMaxClients cfg0)
+  let cfg = cfg0 { cfgMaxClients = limit }
   listener <- W.listen addr
   (`onException` W.close listener) $ do
     bound <- W.localAddress listener
@@ -305,17 +309,20 @@ acceptConnections srv = do
                 hPutStrLn stderr ("weft-sws: accept failed, no longer accepting: " ++ show e)
     -- Out of fds: open connections keep being served, and accepting
     -- resumes after a pause (1 ms, doubling to 100 ms) on a weft timer,
-    -- which posts Accept again. Meanwhile the connections that made the
-    -- least progress are closed to make room (Note [Making room under fd
-    -- pressure] in "Weft.Net").
+    -- which posts Accept again. Meanwhile a stalled or idle connection is
+    -- closed at each step, if there is one (Note [Making room under fd
+    -- pressure] in "Weft.Net.Internal.Serve").
     backOff e = do
       old <- readIORef (srvBackoff srv)
       when (old == 0) $ hPutStrLn stderr
         ("weft-sws: accept: " ++ ioe_description e ++ "; pausing accepts, open connections are still served")
       open <- IntMap.elems <$> readIORef (srvOpen srv)
-      victims <- W.leastProgressing [ (connSocket c, c) | c <- open ]
-      forM_ victims $ \c -> post rt (connColor c) hClose (closeConn srv c Abort)
-      modifyIORef' (srvEvicted srv) (+ length victims)
+      victim <- W.chooseVictim W.EvictStalledThenIdle [ (connSocket c, c) | c <- open ]
+      case victim of
+        W.CloseFor c -> do
+          post rt (connColor c) hClose (closeConn srv c Abort)
+          modifyIORef' (srvEvicted srv) (+ 1)
+        _ -> return ()
       let delay = if old == 0 then 1000 else min 100000 (2 * old)
       writeIORef (srvBackoff srv) delay
       mgr <- T.getSystemTimerManager
@@ -328,10 +335,18 @@ acceptConnections srv = do
         evicted <- readIORef (srvEvicted srv)
         writeIORef (srvEvicted srv) 0
         hPutStrLn stderr ("weft-sws: accept: resumed" ++ (if evicted > 0
-          then " (closed " ++ show evicted ++ " connections that had made the least progress)" else ""))
+          then " (closed " ++ show evicted ++ " stalled or idle connections)" else ""))
     admit s = do
       n <- readIORef (srvClients srv)
-      if n >= cfgMaxClients (srvConfig srv)
+      room <- if n < cfgMaxClients (srvConfig srv) then return True else do
+        open <- IntMap.elems <$> readIORef (srvOpen srv)
+        -- The Accept handler cannot wait for a candidate to age: a
+        -- newcomer with none to close for it is refused at once.
+        victim <- W.chooseVictim W.EvictStalledThenIdle [ (connSocket c, c) | c <- open ]
+        case victim of
+          W.CloseFor c -> post rt (connColor c) hClose (closeConn srv c Abort) >> return True
+          _ -> return False
+      if not room
         then do
           modifyIORef' (srvRefused srv) (+ 1)
           -- Best effort: a client that has not sent anything yet reads
@@ -425,7 +440,9 @@ readRequest srv c = step srv c $ do
 awaitReadable :: Server -> Conn -> IO ()
 awaitReadable srv c = do
   drained <- readIORef (connDrained c)
-  if drained then rearmRead (connWatch c) else next srv c hRead readRequest
+  if drained
+    then W.awaitingPeer (connSocket c) >> rearmRead (connWatch c)
+    else next srv c hRead readRequest
 
 -- | Bytes asked of each receive.
 readSize :: Int

@@ -1,7 +1,7 @@
 {-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
--- | The server loop over "Weft.Net" sockets, accepting under fd
--- exhaustion, and making room for new clients ("Weft.Net" is the façade
--- and its documentation).
+-- | The server loop over "Weft.Net" sockets, and admitting clients: the
+-- client limit, refusals, and closing a stalled or idle connection for a
+-- newcomer ("Weft.Net" is the façade and its documentation).
 -- Internal and unstable (everything is exported; the façade picks the
 -- API): import "Weft.Net".
 module Weft.Net.Internal.Serve where
@@ -11,17 +11,19 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import qualified Data.IntMap.Strict as IM
-import Data.List (sortOn)
-import Data.Word (Word64)
+import qualified Data.ByteString as B
+import Data.Maybe (fromMaybe)
 import GHC.Clock (getMonotonicTimeNSec)
 import Foreign.C.Error
 import GHC.IO.Exception (IOException (..), IOErrorType (..))
 import Network.Socket (SockAddr (..))
 import System.IO (hPutStrLn, stderr)
 import System.Posix.Types (Fd (..))
+import Foreign.C.Types (CInt (..), CLong (..))
 
 import qualified Weft
 import Weft.Event.Internal.System (startSystemManagers)
+import Weft.Net.Internal.Eviction
 import Weft.Net.Internal.Socket hiding (recvBuf)
 
 import Weft.Net.Internal.Calls
@@ -43,6 +45,16 @@ data ServerConfig = ServerConfig
     -- ^ Bytes a connection must receive for that to count as progress
     -- against its idle timeout ('setMinimumReceive'); 0 (the default):
     -- any byte. Sends always count.
+  , serverMaxClients  :: !Int
+    -- ^ Connections served at once at most; a newcomer beyond is refused
+    -- (Note [Making room under fd pressure]). 0 (the default): the soft
+    -- @RLIMIT_NOFILE@ at start less 'reservedFds'.
+  , serverRefusal     :: !B.ByteString
+    -- ^ What a refused newcomer is sent before the close (default: nothing;
+    -- an HTTP server sends a 503 with @Connection: close@).
+  , serverEviction    :: !Eviction
+    -- ^ Which established connection, if any, a full server closes to
+    -- serve a newcomer instead of refusing it (default 'EvictNone').
   , serverOnReady     :: SockAddr -> IO ()
     -- ^ Called with the bound address once listening.
   , serverOnException :: SockAddr -> SomeException -> IO ()
@@ -59,6 +71,9 @@ defaultServerConfig = ServerConfig
   , serverNoDelay = True
   , serverIdleTimeout = 0
   , serverMinReceive = 0
+  , serverMaxClients = 0
+  , serverRefusal = B.empty
+  , serverEviction = EvictNone
   , serverOnReady = \_ -> return ()
   , serverOnException = reportUnusual
   }
@@ -76,19 +91,37 @@ reportUnusual peer e = case fromException e of
 -- is closed when its handler returns or throws; what it throws goes to
 -- 'serverOnException' and never stops the server. Handler threads are
 -- placed on the capabilities round-robin (with 'serverReusePort', on their
--- acceptor's capability). Accepting rides out fd exhaustion
--- ('acceptPatiently'), and meanwhile closes the connections that have
--- made progress least recently to make room for new clients (Note [Making
--- room under fd pressure]); every capability's manager is started first,
--- so fd exhaustion cannot keep one from starting. Throws an 'IOError' if
--- the address cannot be bound.
+-- acceptor's capability). At most 'serverMaxClients' connections are
+-- served at once; a newcomer beyond them, or one that arrives while the
+-- process is out of fds, is refused ('serverRefusal'), unless
+-- 'serverEviction' lets a stalled or idle connection be closed for it
+-- (Note [Making room under fd pressure]); every capability's manager is
+-- started first, so fd exhaustion cannot keep one from starting. Throws
+-- an 'IOError' if the address cannot be bound.
 serve :: ServerConfig -> SockAddr -> (Socket -> SockAddr -> IO ()) -> IO ()
 serve cfg addr handler = do
   -- Out of fds later, a manager could not start: start them all now.
   startSystemManagers
   caps <- getNumCapabilities
+  limit <- clientLimit (serverMaxClients cfg)
   live <- newIORef IM.empty
-  let accepting l pick = forever (acceptMakingRoom (makeRoom live) l >>= spawn live pick)
+  count <- newIORef (0 :: Int)
+  let full = (>= limit) <$> readIORef count
+      evict = do
+        conns <- IM.toList <$> readIORef live
+        victim <- chooseVictim (serverEviction cfg) [ (c, (k, c)) | (k, c) <- conns ]
+        case victim of
+          WaitFor ns -> return (WaitFor ns)
+          Refuse -> return Refuse
+          CloseFor (k, c) -> do
+            -- Out of the table first: its handler's end must not report
+            -- the close, nor count it twice.
+            ours <- atomicModifyIORef' live (\m -> if IM.lookup k m == Just c then (IM.delete k m, True) else (m, False))
+            when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
+            close c
+            return (CloseFor ())
+      accepting l pick = bracket (newAdmission full evict (serverRefusal cfg)) closeAdmission $ \adm ->
+        forever (acceptAdmitting adm l >>= spawn live count pick)
   if serverReusePort cfg
     then do
       let opts = (serverListen cfg) { listenReusePort = True }
@@ -113,24 +146,27 @@ serve cfg addr handler = do
             return i
       accepting l roundRobin
   where
-    spawn live pick (conn, peer) = do
+    spawn live count pick (conn, peer) = do
       cap <- pick
       let Fd key = socketFd conn
       trackProgress conn
       atomicModifyIORef' live (\m -> (IM.insert (fromIntegral key) conn m, ()))
+      atomicModifyIORef' count (\n -> (n + 1, ()))
       void $ mask_ $ forkOnWithUnmask cap $ \unmask ->
         unmask (setUp conn >> handler conn peer)
           `catch` (\e -> do
                       -- What a handler throws once its connection was
-                      -- closed to make room is the closing, not news.
+                      -- closed for a newcomer is the closing, not news.
                       ours <- (== Just conn) . IM.lookup (fromIntegral key) <$> readIORef live
                       when ours (serverOnException cfg peer e `catch` ignore))
-          `finally` (atomicModifyIORef' live (\m -> (forget (fromIntegral key) m, ())) >> close conn)
+          `finally` (do ours <- atomicModifyIORef' live (forget (fromIntegral key))
+                        when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
+                        close conn)
       where
-        -- A connection closed to make room leaves the table then, and
+        -- A connection closed for a newcomer leaves the table then, and
         -- frees its fd number before its handler ends: a newer connection
         -- may hold it by now.
-        forget = IM.update (\c -> if c == conn then Nothing else Just c)
+        forget k m = if IM.lookup k m == Just conn then (IM.delete k m, True) else (m, False)
     setUp conn = do
       when (serverNoDelay cfg) $ setNoDelay conn True `catch` \e -> ignore (toException (e :: IOException))
       when (serverMinReceive cfg > 0) $ setMinimumReceive conn (serverMinReceive cfg)
@@ -140,53 +176,207 @@ serve cfg addr handler = do
 
 -- Note [Making room under fd pressure]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
--- When accept fails for want of fds, the connections already open hold
--- them all. Waiting for some to close is right when they are busy; but
--- clients that hold connections and make no progress (idle keep-alives,
--- heads that trickle in one byte at a time) could keep a server shut to
--- everyone else for as long as they like. So at each back-off step of an
--- exhaustion burst, 'serve' closes some of the open connections that have
--- made progress least recently: one in 16 of them (at least one), oldest
--- progress first, among those that made none for 'evictionGraceNs' (250
--- ms); an accept counts as progress, and so does a syscall that moved
--- bytes (received bytes only in steps of 'serverMinReceive'). The grace
--- keeps a steady client from losing to one accepted a moment ago (a
--- slowloris that has yet to show it makes no progress): the next steps of
--- the burst get to the newcomers once they have aged. The burst's last
--- report says how many were closed. Their handlers see the socket closed
--- (@EBADF@) and end.
+-- A server that is full (at its client limit, or out of fds) must still
+-- answer a newcomer, and must not let newcomers push out the clients it
+-- serves. So:
+--
+-- * A limit on clients, derived from @RLIMIT_NOFILE@ as redis derives
+--   @maxclients@ (the soft limit less 'reservedFds' for everything else
+--   the process opens), or set. A newcomer over it is accepted and
+--   refused: it gets the protocol's refusal (HTTP 503, redis's @-ERR max
+--   number of clients reached@, or nothing) and a close.
+--
+-- * A reserve: one fd held open for nothing else. When accept fails for
+--   want of fds anyway (other files took them), the reserve is released,
+--   the newcomer accepted into it and refused, and the reserve taken
+--   again; so even then a client waits in the backlog only for as long as
+--   the server takes to reach it. If the reserve cannot be had back, the
+--   accept backs off as 'acceptPatiently' does until fds free up.
+--
+-- * Before refusing, a full server may close one established connection
+--   instead, by its 'Eviction' policy and what each connection is doing
+--   (Note [What a connection waits for] in "Weft.Net.Internal.Socket"):
+--   never one that the server is working for, never one that made
+--   progress within 'evictionGraceNs'; first a connection stalled in the
+--   middle of a request or on a peer that does not read (the slowloris
+--   signature: with a minimum receive, trickled bytes are no progress),
+--   then, for HTTP only, one idle between requests. For protocols where
+--   idleness is normal ('EvictNone', the default) nothing established is
+--   closed; their idle timeout, if set, is what ends idle clients.
 
--- | A connection that made progress this recently (nanoseconds) is not
--- closed to make room.
-evictionGraceNs :: Word64
-evictionGraceNs = 250000000
+-- | Fds a server leaves to the rest of the process when it derives its
+-- client limit from @RLIMIT_NOFILE@ (as redis does).
+reservedFds :: Int
+reservedFds = 32
 
--- | Close the connections 'leastProgressing' picks, taking them out of
--- the table first; returns how many.
-makeRoom :: IORef (IM.IntMap Socket) -> IO Int
-makeRoom live = do
-  conns <- IM.toList <$> readIORef live
-  victims <- leastProgressing [ (c, k) | (k, c) <- conns ]
-  gone <- atomicModifyIORef' live (\m -> (foldr IM.delete m victims, [ c | k <- victims, Just c <- [IM.lookup k m] ]))
-  mapM_ close gone
-  return (length gone)
+-- | The client limit: the given one if positive, else the soft
+-- @RLIMIT_NOFILE@ less 'reservedFds' (at least 1; 'maxBound' if
+-- unlimited).
+clientLimit :: Int -> IO Int
+clientLimit n
+  | n > 0 = return n
+  | otherwise = do
+      lim <- c_fd_limit
+      return (if lim < 0 then maxBound else max 1 (fromIntegral lim - reservedFds))
 
--- | Which of a server's open connections to close to make room for new
--- clients when accept has run out of fds (Note [Making room under fd
--- pressure]): the sixteenth of them (at least one) that made progress
--- least recently, among those that made none for the last 250 ms,
--- oldest first. Each connection comes with what the caller needs to
--- close it (a server on "Weft.Color" posts the close to the connection's
--- color). Its socket should be tracked ('trackProgress', or an idle
--- timeout); an untracked one counts as making no progress since ever.
--- 'serve' does this itself; a server with its own accept loop calls it
--- from the action it gives 'acceptMakingRoom'.
-leastProgressing :: [(Socket, a)] -> IO [a]
-leastProgressing conns = do
+-- | How 'acceptAdmitting' admits the connections it accepts.
+data Admission = Admission
+  { admFull    :: IO Bool
+    -- ^ Is the server at its client limit?
+  , admEvict   :: IO (Choice ())
+    -- ^ Close one established connection to serve a newcomer, if the
+    -- policy allows one ('chooseVictim'): 'CloseFor' if it did.
+  , admRefusal :: B.ByteString
+    -- ^ Sent to a refused client before the close (empty: just close).
+  , admReserve :: IORef CInt
+    -- ^ The reserve fd; -1 while it is out, -2 once the admission is closed.
+  , admRefilling :: IORef Bool
+    -- ^ A thread is retrying to take the reserve back.
+  }
+
+-- | An admission with its reserve fd; release it with 'closeAdmission'.
+newAdmission :: IO Bool -> IO (Choice ()) -> B.ByteString -> IO Admission
+newAdmission full evict refusal = do
+  fd <- c_reserve_fd
+  Admission full evict refusal <$> newIORef fd <*> newIORef False
+
+-- | Close the reserve fd.
+closeAdmission :: Admission -> IO ()
+closeAdmission adm = do
+  fd <- atomicModifyIORef' (admReserve adm) (\fd -> (-2, fd))
+  when (fd >= 0) (void (c_close fd))
+
+-- | Take the reserve fd again if it is out; whether it is held. If it
+-- cannot be had now, a thread retries every 50 ms until it is, so that a
+-- server that stops accepting (no newcomer, or a stop) still gets its
+-- reserve back once fds free up.
+refillReserve :: Admission -> IO Bool
+refillReserve adm = do
+  got <- tryRefill adm
+  unless got $ do
+    start <- atomicModifyIORef' (admRefilling adm) (\r -> (True, not r))
+    when start $ void $ forkIO $ do
+      let retry = do
+            Weft.threadDelay 50000 `catch` \(_ :: IOException) -> threadDelay 50000
+            done <- tryRefill adm
+            closed <- (== -2) <$> readIORef (admReserve adm)
+            if done || closed then writeIORef (admRefilling adm) False else retry
+      retry
+  return got
+
+tryRefill :: Admission -> IO Bool
+tryRefill adm = do
+  fd <- readIORef (admReserve adm)
+  if fd >= 0 then return True else if fd == -2 then return False else do
+    new <- c_reserve_fd
+    if new < 0 then return False else do
+      -- The admission may have been closed meanwhile.
+      kept <- atomicModifyIORef' (admReserve adm) (\old -> if old == -1 then (new, True) else (old, False))
+      unless kept (void (c_close new))
+      return kept
+
+-- | Accept the next connection the server will serve (Note [Making room
+-- under fd pressure]): a newcomer while the server is full is refused
+-- ('refuseClient') unless an established connection is closed for it;
+-- out of fds, the reserve is used to accept and answer newcomers, and if
+-- it cannot be, accepting backs off as 'acceptPatiently' does. Throws
+-- what 'accept' throws otherwise.
+acceptAdmitting :: Admission -> Socket -> IO (Socket, SockAddr)
+acceptAdmitting adm l = go Nothing (0 :: Int)
+  where
+    go backoff refused = do
+      r <- try (accept l)
+      case r of
+        Right conn -> do
+          full <- admFull adm
+          admit (if full then Just (admFull adm) else Nothing) conn backoff refused
+        Left e
+          | errnoIs e exhaustion -> do
+              when (backoff == Nothing) $ hPutStrLn stderr
+                ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
+                 ++ "; refusing newcomers, open connections are still served")
+              reserve <- atomicModifyIORef' (admReserve adm) (\fd -> if fd >= 0 then (-1, fd) else (fd, -1))
+              -- With the reserve's fd free, take a newcomer that is there
+              -- (accept says EMFILE whether or not one is); if none is,
+              -- take the reserve back and wait for one.
+              got <- if reserve < 0 then return Nothing else do
+                _ <- c_close reserve
+                r' <- try (tryAccept l)
+                case r' of
+                  Right (Just conn) -> return (Just (Just conn))
+                  Right Nothing -> return (Just Nothing)
+                  Left e' | errnoIs e' exhaustion -> return Nothing
+                          | otherwise -> refillReserve adm >> throwIO e'
+              let burst = Just (fromMaybe 1000 backoff)
+              case got of
+                -- Full for want of an fd until the reserve can be had back.
+                Just (Just conn) -> admit (Just (not <$> refillReserve adm)) conn burst refused
+                Just Nothing -> do
+                  _ <- refillReserve adm
+                  waitReady Reading l
+                  go burst refused
+                Nothing -> do
+                  _ <- refillReserve adm
+                  let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
+                  -- Out of fds, weft may be unable to start this
+                  -- capability's manager for the delay: fall back to
+                  -- GHC's timer then, so the loop never dies of the
+                  -- exhaustion it rides out.
+                  Weft.threadDelay delay `catch` \(_ :: IOException) -> threadDelay delay
+                  go (Just delay) refused
+          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff refused
+          | otherwise -> throwIO e
+    -- @full@: how to tell whether the server is still full, if it is.
+    admit full conn@(s, _) backoff refused = do
+      served <- maybe (return True) (makeRoom 0) full
+      if served
+        then do
+          _ <- refillReserve adm
+          when (backoff /= Nothing || refused > 0) $ hPutStrLn stderr
+            ("weft: accept on fd " ++ show (socketFd l) ++ ": serving again"
+             ++ (if refused > 0 then " (refused " ++ show refused ++ " clients meanwhile)" else ""))
+          return conn
+        else do
+          refuseClient (admRefusal adm) s
+          _ <- refillReserve adm
+          go backoff (refused + 1)
+    -- Wait for a candidate to age at most a second in all, then refuse.
+    makeRoom :: Int -> IO Bool -> IO Bool
+    makeRoom waited stillFull = do
+      choice <- admEvict adm
+      case choice of
+        CloseFor () -> return True
+        WaitFor ns | waited < 1000000 -> do
+          let us = min 250000 (fromIntegral (ns `quot` 1000) + 1000)
+          Weft.threadDelay us `catch` \(_ :: IOException) -> threadDelay us
+          full <- stillFull
+          if full then makeRoom (waited + us) stillFull else return True
+        _ -> return False
+    exhaustion = [eMFILE, eNFILE, eNOBUFS, eNOMEM]
+    errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)
+
+-- | Refuse a client without waiting for it: send the refusal if its socket
+-- takes it at once, end the sending side, discard what the client already
+-- sent (so the close is not a reset that could destroy the refusal) and
+-- close.
+refuseClient :: B.ByteString -> Socket -> IO ()
+refuseClient refusal s = do
+  let quietly act = void (try act :: IO (Either IOException ()))
+  unless (B.null refusal) $ quietly (void (trySendMany s [refusal]))
+  quietly (shutdownSend s)
+  quietly (void (discardInput s 65536))
+  close s
+
+-- | Which of the connections to close for a newcomer, under the policy,
+-- now ('pickVictim', from each socket's 'connectionStanding'). Each
+-- connection comes with what the caller needs to close it (a server on
+-- "Weft.Color" posts the close to the connection's color).
+chooseVictim :: Eviction -> [(Socket, a)] -> IO (Choice a)
+chooseVictim EvictNone _ = return Refuse
+chooseVictim policy conns = do
   now <- getMonotonicTimeNSec
-  stamped <- forM conns $ \(s, x) -> (\t -> (t, x)) <$> lastProgress s
-  let stale = [ tx | tx@(t, _) <- stamped, now - min now t >= evictionGraceNs ]
-  return (take (max 1 (length conns `div` 16)) (map snd (sortOn fst stale)))
+  standings <- forM conns $ \(s, x) -> (\st -> (st, x)) <$> connectionStanding s
+  return (pickVictim policy now standings)
 
 -- | Accept connections for ever and hand each to the action (which should
 -- fork), with 'acceptPatiently'. Throws what that throws.
@@ -199,39 +389,33 @@ acceptLoop l handOff = forever (acceptPatiently l >>= handOff)
 -- being served and accepting resumes when fds free up. Connections that
 -- fail before they are accepted (@ECONNABORTED@, @EPROTO@, @EPERM@) are
 -- skipped. Other errors are thrown (e.g. @EBADF@ once the listener is
--- closed). ('serve' also closes the least active connections meanwhile:
--- Note [Making room under fd pressure].)
+-- closed). A server that should answer newcomers while out of fds uses
+-- 'acceptAdmitting' (Note [Making room under fd pressure]).
 acceptPatiently :: Socket -> IO (Socket, SockAddr)
-acceptPatiently = acceptMakingRoom (return 0)
-
--- | 'acceptPatiently', running the action at each back-off step of an fd
--- exhaustion burst: it may close connections to free fds (see
--- 'leastProgressing'), and returns how many it closed; the count is
--- reported when accepting resumes. Throws what 'acceptPatiently' throws.
-acceptMakingRoom :: IO Int -> Socket -> IO (Socket, SockAddr)
-acceptMakingRoom room l = go Nothing 0
+acceptPatiently l = go Nothing
   where
-    go backoff closed = do
+    go backoff = do
       r <- try (accept l)
       case r of
         Right conn -> do
           when (backoff /= Nothing) $
-            hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed"
-                              ++ (if closed > 0 then " (closed " ++ show closed ++ " connections that had made the least progress)" else ""))
+            hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed")
           return conn
         Left e
           | errnoIs e exhaustion -> do
               when (backoff == Nothing) $ hPutStrLn stderr
                 ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
                  ++ "; pausing accepts, open connections are still served")
-              freed <- room
               let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
-              -- Out of fds, weft may be unable to start this capability's
-              -- manager for the delay: fall back to GHC's timer then, so
-              -- the loop never dies of the exhaustion it rides out.
               Weft.threadDelay delay `catch` \(_ :: IOException) -> threadDelay delay
-              go (Just delay) (closed + freed)
-          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff closed
+              go (Just delay)
+          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff
           | otherwise -> throwIO e
     exhaustion = [eMFILE, eNFILE, eNOBUFS, eNOMEM]
     errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)
+
+foreign import ccall unsafe "weft_net_fd_limit"
+  c_fd_limit :: IO CLong
+
+foreign import ccall unsafe "weft_net_reserve_fd"
+  c_reserve_fd :: IO CInt

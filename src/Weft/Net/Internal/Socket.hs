@@ -61,6 +61,8 @@ module Weft.Net.Internal.Socket
   , setMinimumReceive
   , trackProgress
   , lastProgress
+  , connectionStanding
+  , awaitingPeer
     -- * Closing
   , close
   , detach
@@ -101,6 +103,7 @@ import Weft.Event.Internal.Manager (managerBlocked, mgrBackend)
 import Weft.Event.Internal.System (getSystemManager, systemManagers)
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
+import Weft.Net.Internal.Eviction (Standing (..))
 
 -- | A socket owned by weft: TCP or UDP, always non-blocking. Use it from
 -- any number of threads; 'close' is safe at any time
@@ -130,8 +133,8 @@ data Direction = Reading | Writing
   deriving (Eq, Show)
 
 -- Guard words; all but gTimedOut are shared with cbits/weft_net.c.
-gUse, gActivity, gTrack, gTimedOut, gMinReceive, gReceived, nGuard :: Int
-gUse = 0; gActivity = 1; gTrack = 2; gTimedOut = 3; gMinReceive = 4; gReceived = 5; nGuard = 6
+gUse, gActivity, gTrack, gTimedOut, gMinReceive, gReceived, gState, nGuard :: Int
+gUse = 0; gActivity = 1; gTrack = 2; gTimedOut = 3; gMinReceive = 4; gReceived = 5; gState = 6; nGuard = 7
 
 -- | The fd, for syscalls weft does not wrap. It stays valid until 'close'.
 socketFd :: Socket -> Fd
@@ -231,7 +234,9 @@ takeKept s list split = do
 -- if the socket is closed meanwhile.
 receiveOnRing :: Socket -> Int -> IO (Maybe B.ByteString)
 receiveOnRing s n = withRing "recv" s (\_ -> return True) $ \c open wake fd trk ->
-  complRecv c open wake fd n trk
+  -- The ring's receive may wait for the peer: say so, as a receive that
+  -- says EAGAIN does (Note [What a connection waits for]).
+  c_note_wait (guardArr s) 1 >> complRecv c open wake fd n trk
 
 -- | Run a request on the ring of the caller's manager, if its backend
 -- performs completions and the manager is fit ('Nothing' if not), given
@@ -462,6 +467,43 @@ trackProgress s = do
   writeCounter (sockGuard s) gActivity (fromIntegral now)
   writeCounter (sockGuard s) gTrack 1
 
+-- Note [What a connection waits for]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A full server must tell a client that holds its connection without
+-- using it from one the server is busy with. For a tracked socket the
+-- guarded calls keep a state word in the guard block, in C, beside the
+-- progress stamp: a receive that got bytes makes it "received" (the
+-- server has something to act on), a send that moved bytes "answered";
+-- a receive that said EAGAIN (or a receive handed to a ring) makes it
+-- "waiting for more" if bytes came since the last send, and "waiting for
+-- the next request" if none did (also for a connection that has sent
+-- nothing yet); a send that said EAGAIN makes it "waiting for the reader".
+-- So a handler working on a request, however long, is never taken for
+-- an idle or stalled client, and the state costs the hot path one load
+-- and a store only when it changes. 'connectionStanding' reads it.
+
+-- | Tell weft that the server now waits for the peer's bytes on this
+-- socket, as a receive that says EAGAIN does (Note [What a connection
+-- waits for]): for a server that waits for readiness without such a
+-- receive (one that reads less than a full buffer and re-arms).
+awaitingPeer :: Socket -> IO ()
+awaitingPeer s = c_note_wait (guardArr s) 1
+
+-- | What the connection is doing, if it is tracked ('trackProgress';
+-- untracked sockets count as 'Working'): Note [What a connection waits
+-- for].
+connectionStanding :: Socket -> IO Standing
+connectionStanding s = do
+  tracked <- readCounter (sockGuard s) gTrack
+  if tracked == 0 then return Working else do
+    st <- readCounter (sockGuard s) gState
+    t <- fromIntegral <$> readCounter (sockGuard s) gActivity
+    return $ case st of
+      2 -> Idle t
+      3 -> Stalled t
+      4 -> Stalled t
+      _ -> Working
+
 -- | When the socket last made progress (monotonic nanoseconds), if it is
 -- tracked ('trackProgress', 'setIdleTimeout'); 0 otherwise.
 lastProgress :: Socket -> IO Word64
@@ -553,6 +595,8 @@ throwIfNegative loc act = do
 ------------------------------------------------------------------------------
 -- Foreign calls (cbits/weft_net.c); all return -errno on failure.
 
+foreign import ccall unsafe "weft_net_note_wait"
+  c_note_wait :: MutableByteArray# RealWorld -> CInt -> IO ()
 foreign import ccall unsafe "weft_net_note_progress"
   c_note_progress :: MutableByteArray# RealWorld -> CLong -> CInt -> IO ()
 foreign import ccall unsafe "weft_net_recv"
