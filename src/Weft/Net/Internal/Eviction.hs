@@ -9,7 +9,7 @@ module Weft.Net.Internal.Eviction
   , pickVictim
   ) where
 
-import Data.List (foldl')
+import qualified Data.List as List
 import Data.Word (Word64)
 
 -- | What a connection is doing, as its socket's last calls tell (Note
@@ -82,4 +82,4 @@ pickVictim policy now conns =
     aged t = now - min now t >= evictionGraceNs
     oldest :: [(Word64, a)] -> Maybe (Word64, a)
     oldest [] = Nothing
-    oldest (first : rest) = Just (foldl' (\a b -> if fst b < fst a then b else a) first rest)
+    oldest (first : rest) = Just (List.foldl' (\a b -> if fst b < fst a then b else a) first rest)
