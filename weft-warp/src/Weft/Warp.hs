@@ -16,11 +16,17 @@
 -- the application and writes the responses (HTTP\/1.1 and HTTP\/2) exactly
 -- as it always does; what changes is underneath:
 --
--- * The listening socket is taken over by weft. Accepting waits in weft and
---   rides out fd exhaustion (@EMFILE@, @ENFILE@) with a back-off in weft
---   ('Weft.Net.acceptPatiently'), accepting again once fds are free;
---   stock warp, by version, retries in a busy loop, stops accepting, or
---   waits for one of its connections to close.
+-- * The listening socket is taken over by weft. Accepting waits in weft,
+--   and a full server still answers newcomers ('Weft.Net.acceptAdmitting';
+--   Note [Making room under fd pressure] in "Weft.Net.Internal.Serve"): at
+--   most the soft @RLIMIT_NOFILE@ less 'Weft.Net.reservedFds' connections
+--   are served at once, and a newcomer that finds the server full (by that
+--   count, or out of fds: a reserve fd lets it be accepted even then)
+--   gets a connection closed for it, one stalled in the middle of a
+--   request or idle between requests ('Weft.Net.EvictStalledThenIdle', as
+--   nginx and HTTP allow), or else a 503 with @Connection: close@. Stock
+--   warp, by version, retries in a busy loop, stops accepting, or waits for
+--   one of its connections to close.
 -- * Each connection's 'Connection' is built on a weft socket: receives,
 --   sends, gather sends, @sendfile(2)@ for 'Network.Wai.responseFile', and
 --   the (graceful) close. None of its waits reaches GHC's I/O manager.
@@ -75,6 +81,8 @@ import Control.Concurrent
 import Control.Concurrent.Async (race)
 import Control.Exception
 import Control.Monad (void, when)
+import qualified Data.ByteString.Char8 as C
+import qualified Data.IntMap.Strict as IM
 import Data.IORef
 import Data.Streaming.Network (bindPortTCP)
 import Network.Socket (Socket)
@@ -85,9 +93,10 @@ import Network.Wai.Handler.Warp hiding
   , withApplication, withApplicationSettings, testWithApplication, testWithApplicationSettings )
 import qualified Network.Wai.Handler.Warp as Warp
 import Network.Wai.Handler.Warp.Internal
-  (Settings (..), Transport (TCP))
+  (Connection (..), Settings (..), Transport (TCP))
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
+import System.Posix.Types (Fd (..))
 
 import Weft.Event (startSystemManagers)
 import qualified Weft.Net as Net
@@ -150,21 +159,49 @@ runSettings set app =
 runSettingsSocket :: Settings -> Socket -> Application -> IO ()
 runSettingsSocket set0 sock app = do
   startSystemManagers
+  limit <- Net.clientLimit 0
+  -- The connections being served, for the client limit and for choosing
+  -- one to close for a newcomer.
+  live <- newIORef IM.empty
+  count <- newIORef (0 :: Int)
+  let key s = let Fd k = Net.socketFd s in fromIntegral k
+      forget s = do
+        ours <- atomicModifyIORef' live $ \m ->
+          if IM.lookup (key s) m == Just s then (IM.delete (key s) m, True) else (m, False)
+        when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
+      full = (>= limit) <$> readIORef count
+      evict = do
+        conns <- IM.elems <$> readIORef live
+        victim <- Net.chooseVictim Net.EvictStalledThenIdle [ (s, s) | s <- conns ]
+        case victim of
+          Net.CloseFor s -> forget s >> Net.close s >> return (Net.CloseFor ())
+          Net.WaitFor ns -> return (Net.WaitFor ns)
+          Net.Refuse -> return Net.Refuse
+      acceptOne adm listener = do
+        (s, peer) <- Net.acceptAdmitting adm listener
+        Net.trackProgress s
+        atomicModifyIORef' live (\m -> (IM.insert (key s) s m, ()))
+        atomicModifyIORef' count (\n -> (n + 1, ()))
+        return (makeConnection forget s, peer)
   listener <- Net.fromNetworkSocket sock
-  (`finally` Net.close listener) $ do
-    settingsInstallShutdownHandler set0 (Net.close listener)
-    runConnections set0 (acceptOne listener) app
+  (`finally` Net.close listener) $
+    bracket (Net.newAdmission full evict refusalResponse) Net.closeAdmission $ \adm -> do
+      settingsInstallShutdownHandler set0 (Net.close listener)
+      runConnections set0 (acceptOne adm listener) app
   where
-    acceptOne listener = do
-      (s, peer) <- Net.acceptPatiently listener
-      return (makeConnection s, peer)
     -- Runs on the connection's own thread, masked: warp closes the
     -- connection it returns; if it throws, the socket is closed here.
-    makeConnection s = (`onException` Net.close s) $ do
+    makeConnection forget s = (`onException` (forget s >> Net.close s)) $ do
       -- Fails on a Unix-domain socket: harmless.
       Net.setNoDelay s True `catch` \e -> const (return ()) (e :: IOException)
       conn <- weftConnection set0 s
-      return (conn, TCP)
+      return (conn { connClose = forget s >> connClose conn }, TCP)
+
+-- | What a newcomer is told when the server is full and no connection can
+-- be closed for it.
+refusalResponse :: C.ByteString
+refusalResponse = C.pack
+  "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 -- | Run the application on a free loopback port while the action runs,
 -- with 'defaultSettings'; the action gets the port. The server starts
