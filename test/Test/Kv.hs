@@ -1,4 +1,4 @@
-{-# LANGUAGE OverloadedStrings, ScopedTypeVariables #-}
+{-# LANGUAGE BangPatterns, OverloadedStrings, ScopedTypeVariables #-}
 -- | weft-kv: the RESP decoder over arbitrary chunkings, encoder round
 -- trips, and the server end to end over loopback (started in-process on
 -- its own Weft.Color runtime): each command's reply, reply order across
@@ -487,6 +487,23 @@ serverSpec = do
       got <- either (\(_ :: IOException) -> 0) B.length <$> try (untilClosed greedy)
       got `shouldSatisfy` (< n * 60010)
       cmd other ["GET", "big"] `shouldReturn` bulk big
+ it "keeps a client that pipelines large GETs without reading: it stops executing and reading, then answers them all" $
+  withKv 65536 $ \addr -> withClient addr $ \c@(Client s _) -> withClient addr $ \other -> do
+    let big = B.replicate 60000 98
+        n = 2000   -- 120 MB of replies, asked for in one send: far over the 64 MiB output limit
+        reply = 60010 -- "$60000\r\n", the value, "\r\n"
+    cmd c ["SET", "big", big] `shouldReturn` ok
+    sendRaw c (B.concat (replicate n (encodeCommand ["GET", "big"])))
+    threadDelay 300000
+    cmd other ["PING"] `shouldReturn` RSimple "PONG"
+    -- Every reply arrives, and the connection is still open after them.
+    let count !k
+          | k >= n * reply = return k
+          | otherwise = do
+              d <- NB.recv s (min 1048576 (n * reply - k))
+              if B.null d then return k else count (k + B.length d)
+    within 30 "the replies" (count 0) `shouldReturn` n * reply
+    cmd c ["PING"] `shouldReturn` RSimple "PONG"
  it "closes a client that takes none of its waiting replies for the send-stall time, and serves the others" $
   withKvConfig defaultServerConfig { serverSendStall = 300000 } $ \addr ->
     withClient addr $ \stuck -> withClient addr $ \other -> do

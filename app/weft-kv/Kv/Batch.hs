@@ -68,7 +68,7 @@ data Work
 -- dropped). A survey that must wait holds the rest back in 'connHeld'.
 dispatch :: Env -> Conn -> Held -> IO Bool
 dispatch env c (Held cmds0 malformed) = do
-  (ended, groups) <- go cmds0 NoWork
+  (ended, groups) <- go (0 :: Int) cmds0 NoWork
   case groups of
     NoWork -> return ()
     OneColor color works -> start color works
@@ -77,34 +77,38 @@ dispatch env c (Held cmds0 malformed) = do
   where
     rt = envRuntime env
     start color works = post rt color hCommand (runWorks env c color (reverse works))
-    go [] !groups = case malformed of
+    go _ [] !groups = case malformed of
       Nothing -> return (False, groups)
       -- The protocol error, answered in its turn; no more input.
       Just msg -> do
         s <- takeSeq c
         place c s (encodeReplyChunks (RError msg))
         return (True, groups)
-    go items@(cmd : rest) !groups = case plan cmd of
+    go k items !groups
+      -- The rest waits until this window's replies are out (Note
+      -- [Back-pressure on large replies] in "Kv.Conn").
+      | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
+    go k items@(cmd : rest) !groups = case plan cmd of
       Surveying op -> storeWide $ \s -> do
         r <- readNow >>= \now -> survey (envStore env) now op
         place c s (encodeReplyChunks r)
-        go rest groups
+        go (k + 1) rest groups
       Flushing -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
-        if null colors then place c s (encodeReplyChunks ok) >> go rest groups else do
+        if null colors then place c s (encodeReplyChunks ok) >> go (k + 1) rest groups else do
           left <- newIORef (length colors)
-          go rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
+          go (k + 1) rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
       Answer r -> do
         s <- takeSeq c
         place c s (encodeReplyChunks r)
-        if isQuit cmd then return (True, groups) else go rest groups
+        if isQuit cmd then return (True, groups) else go (k + 1) rest groups
       OnKey key op -> do
         s <- takeSeq c
-        go rest (add (keyColor key) (Work s key op) groups)
+        go (k + 1) rest (add (keyColor key) (Work s key op) groups)
       OnKeys parts@((key0, _) : more) joinParts
         | all ((== color0) . keyColor . fst) more -> do
             s <- takeSeq c
-            go rest (add color0 (WorkAll s parts joinParts) groups)
+            go (k + 1) rest (add color0 (WorkAll s parts joinParts) groups)
         where color0 = keyColor key0
       OnKeys parts joinParts -> do
         s <- takeSeq c
@@ -112,7 +116,7 @@ dispatch env c (Held cmds0 malformed) = do
         -- The command's parts by color, in argument order within each.
         let byColor = IntMap.fromListWith (++)
               [ (keyColor key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
-        go rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+        go (k + 1) rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
       where
         -- A store-wide command runs once every command before it has run
         -- (nothing outstanding, nothing posted in this batch); until then
@@ -122,6 +126,12 @@ dispatch env c (Held cmds0 malformed) = do
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
             else (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
+
+-- | The most commands one dispatch starts; the rest are held until the
+-- replies of these are out (Note [Back-pressure on large replies] in
+-- "Kv.Conn").
+dispatchWindow :: Int
+dispatchWindow = 256
 
 -- | A batch's work by color, each color's latest first. Most batches
 -- (one key, or one command) have one color: that case allocates no map.

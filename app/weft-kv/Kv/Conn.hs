@@ -184,6 +184,20 @@ data Phase
 -- outstanding or 'maxOutBytes' unsent, and resumes when below both, so a
 -- client that pipelines without reading its replies cannot make the
 -- server buffer without bound.
+--
+-- Note [Back-pressure on large replies]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- Pausing the reads is not enough when each command is small and its
+-- reply large: one read of 64 KiB of GETs is thousands of commands, and
+-- of 100 KB values, hundreds of megabytes of replies. So one dispatch
+-- starts at most 'dispatchWindow' commands ("Kv.Batch"); the rest wait in
+-- 'connHeld', like commands behind a survey, and the next window starts
+-- once nothing is outstanding and the waiting replies are below
+-- 'maxOutBytes'. Reading stays paused while anything is held. A client
+-- that stops reading then holds at most 'maxOutBytes' plus one window of
+-- replies and its unread input, and is kept, as on every backend; the
+-- output limit (Note [Output limits] in "Kv.Server") is left for a single
+-- window whose replies are larger than it.
 
 -- | What a 'Work' answered: a whole command's encoded reply, or one part
 -- of a multi-key command.

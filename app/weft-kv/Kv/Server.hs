@@ -254,11 +254,16 @@ resultsArrived env c results = do
 settle :: Env -> Conn -> IO ()
 settle env c = do
   resumeHeld env c
-  held <- holding <$> readIORef (connHeld c)
-  outstanding <- outstandingCount c
+  outstanding0 <- outstandingCount c
   size <- getCount c outSizeCount
   writing <- readIORef (connWriting c)
-  when (size > 0 && not writing && (outstanding == 0 || size >= flushBytes)) (flush env c)
+  when (size > 0 && not writing && (outstanding0 == 0 || size >= flushBytes)) $ do
+    flush env c
+    -- The send may have brought the waiting replies under 'maxOutBytes'
+    -- with no writable event to come: the next window starts now.
+    resumeHeld env c
+  held <- holding <$> readIORef (connHeld c)
+  outstanding <- outstandingCount c
   phase <- readIORef (connPhase c)
   size' <- getCount c outSizeCount
   writing' <- readIORef (connWriting c)
@@ -273,8 +278,9 @@ settle env c = do
       if linger then startLinger env c else closeConn env c
     _ -> return ()
 
--- | Dispatch the commands held behind a survey once nothing is
--- outstanding (Note [Store-wide commands] in "Kv.Batch").
+-- | Dispatch the commands held behind a survey or a dispatch window once
+-- nothing is outstanding and the waiting replies are below 'maxOutBytes'
+-- (Note [Store-wide commands] in "Kv.Batch").
 resumeHeld :: Env -> Conn -> IO ()
 resumeHeld env c = do
   held <- readIORef (connHeld c)
@@ -283,7 +289,10 @@ resumeHeld env c = do
     outstanding <- outstandingCount c
     phase <- readIORef (connPhase c)
     let live = case phase of Open -> True; Finishing _ -> True; _ -> False
-    when (live && outstanding == 0) $ do
+    size <- getCount c outSizeCount
+    -- Replies waiting to be sent hold back the next window too (Note
+    -- [Back-pressure on large replies] in "Kv.Conn").
+    when (live && outstanding == 0 && size < maxOutBytes) $ do
       writeIORef (connHeld c) noneHeld
       ended <- dispatch env c held
       when ended $ writeIORef (connPhase c) (Finishing True)
