@@ -24,6 +24,7 @@ import Network.Wai (Application)
 import qualified Network.Wai.Handler.Warp as Warp
 import Network.Wai.Handler.Warp.Internal (warpVersion)
 import System.Directory (getTemporaryDirectory, listDirectory, removeFile)
+import System.Environment (setEnv, unsetEnv)
 import System.Exit (ExitCode (..))
 import System.FilePath ((</>))
 import System.IO
@@ -344,6 +345,20 @@ weftOnly ghcEpolls path = do
 #else
     pendingWith "listing threads needs GHC 9.6 or later"
 #endif
+
+  it "at WEFT_MAX_CLIENTS, answers a newcomer 503 while every connection is being worked for" $ do
+    setEnv "WEFT_MAX_CLIENTS" "2"
+    (`finally` unsetEnv "WEFT_MAX_CLIENTS") $ withServer Weft quiet (testApp path) $ \port -> within 10 "limit" $ do
+      unsetEnv "WEFT_MAX_CLIENTS"
+      a <- connectTo port
+      b <- connectTo port
+      -- Two requests the application takes 300 ms over.
+      forM_ [a, b] $ \c -> sendRaw c "GET /slow HTTP/1.1\r\nHost: localhost\r\n\r\n"
+      threadDelay 100000
+      c <- connectTo port
+      rStatus <$> readResponse c `shouldReturn` 503
+      forM_ [a, b] $ \x -> rStatus <$> readResponse x `shouldReturn` 200
+      mapM_ closeConn [a, b, c]
 
   it "out of fds, answers every client (weft: served, 503, or closed when idle) and never spins" $ do
     forM_ [Weft, Stock] $ \server -> withServer server quiet (testApp path) $ \port -> within 30 "EMFILE" $ do

@@ -20,6 +20,7 @@
 --   and a full server still answers newcomers ('Weft.Net.acceptAdmitting';
 --   Note [Making room under fd pressure] in "Weft.Net.Internal.Serve"): at
 --   most the soft @RLIMIT_NOFILE@ less 'Weft.Net.reservedFds' connections
+--   (or @WEFT_MAX_CLIENTS@, if set)
 --   are served at once, and a newcomer that finds the server full (by that
 --   count, or out of fds: a reserve fd lets it be accepted even then)
 --   gets a connection closed for it, one stalled in the middle of a

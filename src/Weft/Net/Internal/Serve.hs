@@ -17,6 +17,7 @@ import GHC.Clock (getMonotonicTimeNSec)
 import Foreign.C.Error
 import GHC.IO.Exception (IOException (..), IOErrorType (..))
 import Network.Socket (SockAddr (..))
+import System.Environment (lookupEnv)
 import System.IO (hPutStrLn, stderr)
 import System.Posix.Types (Fd (..))
 import Foreign.C.Types (CInt (..), CLong (..))
@@ -209,13 +210,21 @@ serve cfg addr handler = do
 reservedFds :: Int
 reservedFds = 32
 
--- | The client limit: the given one if positive, else the soft
+-- | The client limit: the given one if positive; else @WEFT_MAX_CLIENTS@
+-- if it is set to a positive number (for servers whose configuration has
+-- no such setting, e.g. "Weft.Warp"'s, which is warp's); else the soft
 -- @RLIMIT_NOFILE@ less 'reservedFds' (at least 1; 'maxBound' if
 -- unlimited).
 clientLimit :: Int -> IO Int
 clientLimit n
   | n > 0 = return n
   | otherwise = do
+      env <- lookupEnv "WEFT_MAX_CLIENTS"
+      case reads (fromMaybe "" env) of
+        [(k, "")] | k > 0 -> return k
+        _ -> fromRLimit
+  where
+    fromRLimit = do
       lim <- c_fd_limit
       return (if lim < 0 then maxBound else max 1 (fromIntegral lim - reservedFds))
 
