@@ -69,6 +69,11 @@ module Weft.Net
   , Eviction (..)
   , Admission
   , newAdmission
+  , Clients
+  , newClients
+  , addClient
+  , removeClient
+  , admitClients
   , closeAdmission
   , acceptAdmitting
   , refuseClient

@@ -83,7 +83,6 @@ import Control.Concurrent.Async (race)
 import Control.Exception
 import Control.Monad (void, when)
 import qualified Data.ByteString.Char8 as C
-import qualified Data.IntMap.Strict as IM
 import Data.IORef
 import Data.Streaming.Network (bindPortTCP)
 import Network.Socket (Socket)
@@ -97,7 +96,6 @@ import Network.Wai.Handler.Warp.Internal
   (Connection (..), Settings (..), Transport (TCP))
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
-import System.Posix.Types (Fd (..))
 
 import Weft.Event (startSystemManagers)
 import qualified Weft.Net as Net
@@ -160,33 +158,17 @@ runSettings set app =
 runSettingsSocket :: Settings -> Socket -> Application -> IO ()
 runSettingsSocket set0 sock app = do
   startSystemManagers
-  limit <- Net.clientLimit 0
   -- The connections being served, for the client limit and for choosing
   -- one to close for a newcomer.
-  live <- newIORef IM.empty
-  count <- newIORef (0 :: Int)
-  let key s = let Fd k = Net.socketFd s in fromIntegral k
-      forget s = do
-        ours <- atomicModifyIORef' live $ \m ->
-          if IM.lookup (key s) m == Just s then (IM.delete (key s) m, True) else (m, False)
-        when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
-      full = (>= limit) <$> readIORef count
-      evict = do
-        conns <- IM.elems <$> readIORef live
-        victim <- Net.chooseVictim Net.EvictStalledThenIdle [ (s, s) | s <- conns ]
-        case victim of
-          Net.CloseFor s -> forget s >> Net.close s >> return (Net.CloseFor ())
-          Net.WaitFor ns -> return (Net.WaitFor ns)
-          Net.Refuse -> return Net.Refuse
-      acceptOne adm listener = do
+  clients <- Net.newClients
+  let acceptOne adm listener = do
         (s, peer) <- Net.acceptAdmitting adm listener
         Net.trackProgress s
-        atomicModifyIORef' live (\m -> (IM.insert (key s) s m, ()))
-        atomicModifyIORef' count (\n -> (n + 1, ()))
-        return (makeConnection forget s, peer)
+        Net.addClient clients s
+        return (makeConnection (void . Net.removeClient clients) s, peer)
   listener <- Net.fromNetworkSocket sock
   (`finally` Net.close listener) $
-    bracket (Net.newAdmission full evict refusalResponse) Net.closeAdmission $ \adm -> do
+    bracket (Net.admitClients 0 Net.EvictStalledThenIdle refusalResponse clients) Net.closeAdmission $ \adm -> do
       settingsInstallShutdownHandler set0 (Net.close listener)
       runConnections set0 (acceptOne adm listener) app
   where

@@ -104,25 +104,10 @@ serve cfg addr handler = do
   -- Out of fds later, a manager could not start: start them all now.
   startSystemManagers
   caps <- getNumCapabilities
-  limit <- clientLimit (serverMaxClients cfg)
-  live <- newIORef IM.empty
-  count <- newIORef (0 :: Int)
-  let full = (>= limit) <$> readIORef count
-      evict = do
-        conns <- IM.toList <$> readIORef live
-        victim <- chooseVictim (serverEviction cfg) [ (c, (k, c)) | (k, c) <- conns ]
-        case victim of
-          WaitFor ns -> return (WaitFor ns)
-          Refuse -> return Refuse
-          CloseFor (k, c) -> do
-            -- Out of the table first: its handler's end must not report
-            -- the close, nor count it twice.
-            ours <- atomicModifyIORef' live (\m -> if IM.lookup k m == Just c then (IM.delete k m, True) else (m, False))
-            when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
-            close c
-            return (CloseFor ())
-      accepting l pick = bracket (newAdmission full evict (serverRefusal cfg)) closeAdmission $ \adm ->
-        forever (acceptAdmitting adm l >>= spawn live count pick)
+  clients <- newClients
+  let accepting l pick =
+        bracket (admitClients (serverMaxClients cfg) (serverEviction cfg) (serverRefusal cfg) clients) closeAdmission $ \adm ->
+          forever (acceptAdmitting adm l >>= spawn clients pick)
   if serverReusePort cfg
     then do
       let opts = (serverListen cfg) { listenReusePort = True }
@@ -147,27 +132,18 @@ serve cfg addr handler = do
             return i
       accepting l roundRobin
   where
-    spawn live count pick (conn, peer) = do
+    spawn clients pick (conn, peer) = do
       cap <- pick
-      let Fd key = socketFd conn
       trackProgress conn
-      atomicModifyIORef' live (\m -> (IM.insert (fromIntegral key) conn m, ()))
-      atomicModifyIORef' count (\n -> (n + 1, ()))
+      addClient clients conn
       void $ mask_ $ forkOnWithUnmask cap $ \unmask ->
         unmask (setUp conn >> handler conn peer)
           `catch` (\e -> do
                       -- What a handler throws once its connection was
                       -- closed for a newcomer is the closing, not news.
-                      ours <- (== Just conn) . IM.lookup (fromIntegral key) <$> readIORef live
+                      ours <- isClient clients conn
                       when ours (serverOnException cfg peer e `catch` ignore))
-          `finally` (do ours <- atomicModifyIORef' live (forget (fromIntegral key))
-                        when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
-                        close conn)
-      where
-        -- A connection closed for a newcomer leaves the table then, and
-        -- frees its fd number before its handler ends: a newer connection
-        -- may hold it by now.
-        forget k m = if IM.lookup k m == Just conn then (IM.delete k m, True) else (m, False)
+          `finally` (removeClient clients conn >> close conn)
     setUp conn = do
       when (serverNoDelay cfg) $ setNoDelay conn True `catch` \e -> ignore (toException (e :: IOException))
       when (serverMinReceive cfg > 0) $ setMinimumReceive conn (serverMinReceive cfg)
@@ -228,6 +204,54 @@ clientLimit n
       lim <- c_fd_limit
       return (if lim < 0 then maxBound else max 1 (fromIntegral lim - reservedFds))
 
+-- | The connections a server serves, by fd number, and how many: what
+-- its client limit counts and its eviction chooses from.
+data Clients = Clients !(IORef (IM.IntMap Socket)) !(IORef Int)
+
+newClients :: IO Clients
+newClients = Clients <$> newIORef IM.empty <*> newIORef 0
+
+clientKey :: Socket -> Int
+clientKey s = let Fd k = socketFd s in fromIntegral k
+
+-- | Count a connection the server now serves.
+addClient :: Clients -> Socket -> IO ()
+addClient (Clients live count) s = do
+  atomicModifyIORef' live (\m -> (IM.insert (clientKey s) s m, ()))
+  atomicModifyIORef' count (\n -> (n + 1, ()))
+
+-- | Take a connection out; 'False' if it was out already (closed for a
+-- newcomer). Its fd number may be another connection's by then, so only
+-- this connection's entry is removed.
+removeClient :: Clients -> Socket -> IO Bool
+removeClient (Clients live count) s = do
+  ours <- atomicModifyIORef' live $ \m ->
+    if IM.lookup (clientKey s) m == Just s then (IM.delete (clientKey s) m, True) else (m, False)
+  when ours $ atomicModifyIORef' count (\n -> (n - 1, ()))
+  return ours
+
+-- | Is the connection still counted (not closed for a newcomer)?
+isClient :: Clients -> Socket -> IO Bool
+isClient (Clients live _) s = (== Just s) . IM.lookup (clientKey s) <$> readIORef live
+
+-- | The admission of a server whose connections are in the table: full at
+-- the client limit ('clientLimit' of the given number), closing for a
+-- newcomer what the policy allows ('chooseVictim'; taken out of the table
+-- first, so its handler's end neither reports the close nor counts it
+-- twice), refusing with the given bytes.
+admitClients :: Int -> Eviction -> B.ByteString -> Clients -> IO Admission
+admitClients maxClients policy refusal clients@(Clients live count) = do
+  limit <- clientLimit maxClients
+  let full = (>= limit) <$> readIORef count
+      evict = do
+        conns <- IM.elems <$> readIORef live
+        victim <- chooseVictim policy [ (c, c) | c <- conns ]
+        case victim of
+          WaitFor ns -> return (WaitFor ns)
+          Refuse -> return Refuse
+          CloseFor c -> removeClient clients c >> close c >> return (CloseFor ())
+  newAdmission full evict refusal
+
 -- | How 'acceptAdmitting' admits the connections it accepts.
 data Admission = Admission
   { admFull    :: IO Bool
@@ -249,6 +273,17 @@ newAdmission full evict refusal = do
   fd <- c_reserve_fd
   Admission full evict refusal <$> newIORef fd <*> newIORef False
 
+-- | An admission with no reserve, never full: accepting backs off while
+-- out of fds ('acceptPatiently').
+patientAdmission :: IO Admission
+patientAdmission = Admission (return False) (return Refuse) B.empty <$> newIORef (-2) <*> newIORef False
+
+-- | Sleep in weft. Out of fds, weft may be unable to start this
+-- capability's manager: GHC's timer then, so that a loop riding out fd
+-- exhaustion never dies of it.
+pause :: Int -> IO ()
+pause us = Weft.threadDelay us `catch` \(_ :: IOException) -> threadDelay us
+
 -- | Close the reserve fd.
 closeAdmission :: Admission -> IO ()
 closeAdmission adm = do
@@ -262,14 +297,15 @@ closeAdmission adm = do
 refillReserve :: Admission -> IO Bool
 refillReserve adm = do
   got <- tryRefill adm
-  unless got $ do
+  closed <- (== -2) <$> readIORef (admReserve adm)
+  unless (got || closed) $ do
     start <- atomicModifyIORef' (admRefilling adm) (\r -> (True, not r))
     when start $ void $ forkIO $ do
       let retry = do
-            Weft.threadDelay 50000 `catch` \(_ :: IOException) -> threadDelay 50000
+            pause 50000
             done <- tryRefill adm
-            closed <- (== -2) <$> readIORef (admReserve adm)
-            if done || closed then writeIORef (admRefilling adm) False else retry
+            ended <- (== -2) <$> readIORef (admReserve adm)
+            if done || ended then writeIORef (admRefilling adm) False else retry
       retry
   return got
 
@@ -303,7 +339,7 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
           | errnoIs e exhaustion -> do
               when (backoff == Nothing) $ hPutStrLn stderr
                 ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
-                 ++ "; refusing newcomers, open connections are still served")
+                 ++ "; open connections are still served")
               reserve <- atomicModifyIORef' (admReserve adm) (\fd -> if fd >= 0 then (-1, fd) else (fd, -1))
               -- With the reserve's fd free, take a newcomer that is there
               -- (accept says EMFILE whether or not one is); if none is,
@@ -327,11 +363,7 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
                 Nothing -> do
                   _ <- refillReserve adm
                   let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
-                  -- Out of fds, weft may be unable to start this
-                  -- capability's manager for the delay: fall back to
-                  -- GHC's timer then, so the loop never dies of the
-                  -- exhaustion it rides out.
-                  Weft.threadDelay delay `catch` \(_ :: IOException) -> threadDelay delay
+                  pause delay
                   go (Just delay) refused
           | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff refused
           | otherwise -> throwIO e
@@ -357,7 +389,7 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
         CloseFor () -> return True
         WaitFor ns | waited < 1000000 -> do
           let us = min 250000 (fromIntegral (ns `quot` 1000) + 1000)
-          Weft.threadDelay us `catch` \(_ :: IOException) -> threadDelay us
+          pause us
           full <- stillFull
           if full then makeRoom (waited + us) stillFull else return True
         _ -> return False
@@ -401,27 +433,7 @@ acceptLoop l handOff = forever (acceptPatiently l >>= handOff)
 -- closed). A server that should answer newcomers while out of fds uses
 -- 'acceptAdmitting' (Note [Making room under fd pressure]).
 acceptPatiently :: Socket -> IO (Socket, SockAddr)
-acceptPatiently l = go Nothing
-  where
-    go backoff = do
-      r <- try (accept l)
-      case r of
-        Right conn -> do
-          when (backoff /= Nothing) $
-            hPutStrLn stderr ("weft: accept on fd " ++ show (socketFd l) ++ ": resumed")
-          return conn
-        Left e
-          | errnoIs e exhaustion -> do
-              when (backoff == Nothing) $ hPutStrLn stderr
-                ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
-                 ++ "; pausing accepts, open connections are still served")
-              let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
-              Weft.threadDelay delay `catch` \(_ :: IOException) -> threadDelay delay
-              go (Just delay)
-          | errnoIs e [eCONNABORTED, ePROTO, ePERM] -> go backoff
-          | otherwise -> throwIO e
-    exhaustion = [eMFILE, eNFILE, eNOBUFS, eNOMEM]
-    errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)
+acceptPatiently l = patientAdmission >>= (`acceptAdmitting` l)
 
 foreign import ccall unsafe "weft_net_fd_limit"
   c_fd_limit :: IO CLong
