@@ -77,6 +77,12 @@ module Weft.Net
   , closeAdmission
   , acceptAdmitting
   , refuseClient
+  , Reserved (..)
+  , acceptOnReserve
+  , refillReserve
+  , outOfFds
+  , admissionPatience
+  , admissionStep
   , clientLimit
   , reservedFds
   , chooseVictim

@@ -10,11 +10,12 @@
 module Test.Sws (spec) where
 
 import Control.Concurrent
-import Control.Concurrent.Async (forConcurrently_)
+import Control.Concurrent.Async (forConcurrently_, mapConcurrently_, wait, withAsync)
 import Control.Exception
 import Control.Monad
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
+import Data.IORef
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
@@ -26,7 +27,7 @@ import Test.Hspec
 import Support
 import Sws.Cache
 import Sws.Server
-import Test.Net (connectClient, makesRoomForNewcomers, recvExactly)
+import Test.Net (connectClient, makesRoomForNewcomers, recvExactly, recvToEnd)
 import Test.Servers (recvAll, statusOf)
 import Weft.Color
 
@@ -96,6 +97,34 @@ expectReply :: N.Socket -> B.ByteString -> B.ByteString -> Expectation
 expectReply c req reply = do
   NB.sendAll c req
   within 2 "reply" (recvExactly c (B.length reply)) `shouldReturn` reply
+
+-- | What a refused newcomer gets, written out independently of the
+-- server's code.
+refusal503 :: B.ByteString
+refusal503 = "HTTP/1.1 503 Service Unavailable\r\nServer: weft-sws\r\nContent-Type: text/plain\r\n\
+             \Content-Length: 42\r\nConnection: close\r\n\r\n503 Service Unavailable: too many clients\n"
+
+-- | A full server whose clients are all busy refuses a newcomer (Note
+-- [Making room under fd pressure] in "Weft.Net.Internal.Serve"): the
+-- clients connect and ask for a page every 5 ms (so none is ever idle
+-- past the eviction grace); the newcomer connects and must get exactly
+-- 'refusal503' and the end of the stream within 3 s (the server looks for
+-- a connection it may close for up to 'W.admissionPatience'), and every
+-- busy client must be answered throughout.
+refusedWhileBusy :: SockAddr -> [N.Socket] -> N.Socket -> Expectation
+refusedWhileBusy addr busy newcomer = do
+  forM_ busy $ \c -> N.connect c addr >> expectReply c (get "/sub/page.html") pageOk
+  stop <- newIORef False
+  let talk c = do
+        expectReply c (get "/sub/page.html") pageOk
+        threadDelay 5000
+        done <- readIORef stop
+        unless done (talk c)
+  withAsync (mapConcurrently_ talk busy) $ \talkers -> do
+    N.connect newcomer addr
+    within 3 "the refusal" (recvToEnd newcomer) `shouldReturn` refusal503
+    writeIORef stop True
+    within 5 "the busy clients" (wait talkers)
 
 -- | A fresh client still gets the file.
 stillServed :: SockAddr -> Expectation
@@ -221,17 +250,26 @@ spec = describe "weft-sws" $ do
           forM_ [1 .. 2 :: Int] $ \_ ->
             expectReply c "GET /sub/page.html HTTP/1.0\r\nConnection: keep-alive\r\n\r\n" keep
 
-    it "refuses connections over the client limit with 503, and admits again below it" $
+    it "over the client limit, with every client busy, answers a newcomer exactly 503 and a close, and admits again below it" $
       withSws policy (\c -> c { cfgMaxClients = 3 }) $ \srv addr -> do
-        held <- replicateM 3 (connectClient addr)
-        (`finally` mapM_ N.close held) $ do
-          eventually "three clients admitted" ((== 3) <$> serverClients srv)
-          withClient addr $ \c -> do
-            reply <- within 2 "refusal" (recvAll c)
-            statusOf reply `shouldBe` "503"
+        sockets <- replicateM 4 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+        (`finally` mapM_ N.close sockets) $ do
+          refusedWhileBusy addr (take 3 sockets) (sockets !! 3)
           serverRefused srv `shouldReturn` 1
-          mapM_ N.close (take 1 held)
+          N.close (head sockets)
           eventually "a client left" ((== 2) <$> serverClients srv)
+          stillServed addr
+
+    it "out of fds at accept, with every client busy, answers a newcomer from its reserve fd: exactly 503 and a close" $
+      withSws policy id $ \srv addr -> do
+        startManagers
+        -- Client sockets made before the limit drops; connecting needs no fd.
+        sockets <- replicateM 4 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+        (`finally` mapM_ N.close sockets) $ withFdHeadroom 3 $ \liftLimit -> do
+          refusedWhileBusy addr (take 3 sockets) (sockets !! 3)
+          serverRefused srv `shouldReturn` 1
+          liftLimit
+          forM_ (take 3 sockets) $ \c -> expectReply c (get "/hello.txt") helloOk
           stillServed addr
 
     it "rides out fd exhaustion at accept: admitted clients are served, accepting resumes" $

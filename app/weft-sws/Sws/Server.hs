@@ -193,6 +193,9 @@ data Server = Server
   , srvOpen     :: !(IORef (IntMap.IntMap Conn))
     -- ^ The open connections by fd, for 'stopServer' (acceptColor only).
   , srvStopping :: !(IORef Bool)
+  , srvAdmission :: !W.Admission
+    -- ^ Its reserve fd (Note [Making room under fd pressure] in
+    -- "Weft.Net.Internal.Serve"); the limit and eviction are Accept's.
   , srvBackoff  :: !(IORef Int)
     -- ^ The current accept back-off in µs after fd exhaustion; 0 if none.
   , srvEvicted  :: !(IORef Int)
@@ -248,14 +251,16 @@ startServer cfg0 cache addr = do
   limit <- W.clientLimit (cfgMaxClients cfg0)
   let cfg = cfg0 { cfgMaxClients = limit }
   listener <- W.listen addr
-  (`onException` W.close listener) $ do
+  -- Only its reserve is used: Accept decides when the server is full.
+  adm <- W.newAdmission (return False) (return W.Refuse) B.empty
+  (`onException` (W.close listener >> W.closeAdmission adm)) $ do
     bound <- W.localAddress listener
     rt <- newRuntime (cfgRuntime cfg)
     srv <- fixIO $ \srv -> do
       lw <- watchSocket rt listener acceptColor
               (hAccept, acceptConnections srv) (hAccept, return ())
       Server rt cfg cache listener lw bound <$> newIORef 0 <*> newIORef 0
-        <*> newIORef IntMap.empty <*> newIORef False <*> newIORef 0 <*> newIORef 0
+        <*> newIORef IntMap.empty <*> newIORef False <*> pure adm <*> newIORef 0 <*> newIORef 0
     post rt acceptColor hAccept (acceptConnections srv)
     return srv
 
@@ -276,12 +281,21 @@ stopServer srv = do
         when (n > 0 && k > 0) (threadDelay 2000 >> wait (k - 1))
   wait 1000
   shutdown rt
+  W.closeAdmission (srvAdmission srv)
 
 
 ------------------------------------------------------------------------------
 -- Accept
 
 -- | Accept: take up to a batch of pending connections.
+--
+-- A newcomer over 'cfgMaxClients', or taken into the reserve fd when
+-- accept fails for want of fds ('W.acceptOnReserve'), is served only if
+-- a stalled or idle connection is closed for it ('W.EvictStalledThenIdle',
+-- as 'W.acceptAdmitting' does). If one will have aged past the grace
+-- soon, the newcomer is held and accepting pauses: a timer posts Accept
+-- again to look once more, for at most 'W.admissionPatience' in all;
+-- then it is refused with a 503 ('W.refuseClient').
 acceptConnections :: Server -> IO ()
 acceptConnections srv = do
   stopping <- readIORef (srvStopping srv)
@@ -289,6 +303,7 @@ acceptConnections srv = do
   where
     rt = srvRuntime srv
     listener = srvListener srv
+    adm = srvAdmission srv
     go 0 = post rt acceptColor hAccept (acceptConnections srv)
     go k = do
       r <- try (W.tryAccept listener)
@@ -296,38 +311,45 @@ acceptConnections srv = do
         Right Nothing -> do
           resumed
           rearmRead (srvListenWatch srv)
-        Right (Just (s, _)) -> resumed >> admit s >> go (k - 1)
+        Right (Just (s, _)) -> do
+          resumed
+          goOn <- admit overLimit s 0
+          when goOn (go (k - 1))
         Left e
           -- The connection failed before it was accepted; Linux also
           -- passes pending network errors on through accept. Skip it.
           | errnoIn e skippable -> go (k - 1)
-          | errnoIn e [eMFILE, eNFILE, eNOBUFS, eNOMEM] -> backOff e
+          | W.outOfFds e -> do
+              exhausted e
+              got <- W.acceptOnReserve adm listener
+              case got of
+                W.ReservedClient s _ -> do
+                  goOn <- admit (not <$> W.refillReserve adm) s 0
+                  when goOn (go (k - 1))
+                W.NoneWaiting -> rearmRead (srvListenWatch srv)
+                W.ReserveOut -> backOff
           | otherwise -> do
               stopping <- readIORef (srvStopping srv)
               -- A closed listener is how a stop looks from here.
               unless stopping $ do
                 hPutStrLn stderr ("weft-sws: accept failed, no longer accepting: " ++ show e)
-    -- Out of fds: open connections keep being served, and accepting
-    -- resumes after a pause (1 ms, doubling to 100 ms) on a weft timer,
-    -- which posts Accept again. Meanwhile a stalled or idle connection is
-    -- closed at each step, if there is one (Note [Making room under fd
-    -- pressure] in "Weft.Net.Internal.Serve").
-    backOff e = do
+    overLimit = (>= cfgMaxClients (srvConfig srv)) <$> readIORef (srvClients srv)
+    -- Out of fds with the reserve out too: open connections keep being
+    -- served, and accepting resumes after a pause (1 ms, doubling to
+    -- 100 ms) on a timer, which posts Accept again. Meanwhile a stalled
+    -- or idle connection is closed at each step, if there is one, to
+    -- free an fd.
+    backOff = do
+      evict
       old <- readIORef (srvBackoff srv)
-      when (old == 0) $ hPutStrLn stderr
-        ("weft-sws: accept: " ++ ioe_description e ++ "; pausing accepts, open connections are still served")
-      open <- IntMap.elems <$> readIORef (srvOpen srv)
-      victim <- W.chooseVictim W.EvictStalledThenIdle [ (connSocket c, c) | c <- open ]
-      case victim of
-        W.CloseFor c -> do
-          post rt (connColor c) hClose (closeConn srv c Abort)
-          modifyIORef' (srvEvicted srv) (+ 1)
-        _ -> return ()
-      let delay = if old == 0 then 1000 else min 100000 (2 * old)
+      let delay = if old <= 1 then 1000 else min 100000 (2 * old)
       writeIORef (srvBackoff srv) delay
-      mgr <- T.getSystemTimerManager
-      void $ T.registerTimeout mgr delay $
-        post rt acceptColor hAccept (acceptConnections srv) `catch` \RuntimeClosed -> return ()
+      later delay (acceptConnections srv) (return ())
+    exhausted e = do
+      old <- readIORef (srvBackoff srv)
+      when (old == 0) $ do
+        hPutStrLn stderr ("weft-sws: accept: " ++ ioe_description e ++ "; open connections are still served")
+        writeIORef (srvBackoff srv) 1
     resumed = do
       old <- readIORef (srvBackoff srv)
       when (old /= 0) $ do
@@ -336,34 +358,59 @@ acceptConnections srv = do
         writeIORef (srvEvicted srv) 0
         hPutStrLn stderr ("weft-sws: accept: resumed" ++ (if evicted > 0
           then " (closed " ++ show evicted ++ " stalled or idle connections)" else ""))
-    admit s = do
-      n <- readIORef (srvClients srv)
-      room <- if n < cfgMaxClients (srvConfig srv) then return True else do
-        open <- IntMap.elems <$> readIORef (srvOpen srv)
-        -- The Accept handler cannot wait for a candidate to age: a
-        -- newcomer with none to close for it is refused at once.
-        victim <- W.chooseVictim W.EvictStalledThenIdle [ (connSocket c, c) | c <- open ]
+    -- Run an Accept-colored action after a delay (µs); if the runtime is
+    -- gone by then, the other one.
+    later delay act gone = do
+      mgr <- T.getSystemTimerManager
+      void $ T.registerTimeout mgr delay $
+        post rt acceptColor hAccept act `catch` \RuntimeClosed -> gone
+    -- Serve a newcomer, or make room for it while the server is full
+    -- (@full@ tells whether it still is); whether this Accept goes on
+    -- (not if the newcomer is held).
+    admit :: IO Bool -> W.Socket -> Int -> IO Bool
+    admit full s waited = do
+      isFull <- full
+      if not isFull then serve s >> return True else do
+        victim <- chooseVictim
         case victim of
-          W.CloseFor c -> post rt (connColor c) hClose (closeConn srv c Abort) >> return True
-          _ -> return False
-      if not room
-        then do
-          modifyIORef' (srvRefused srv) (+ 1)
-          -- Best effort: a client that has not sent anything yet reads
-          -- the 503 and then the close.
-          _ <- try (W.trySendMany s (render CloseAfter serviceUnavailable)) :: IO (Either IOException (Maybe Int))
-          W.close s
-        else do
-          made <- try (newConn srv s)
-          case made of
-            Left (_ :: IOException) -> W.close s
-            Right c -> do
-              writeIORef (srvClients srv) (n + 1)
-              modifyIORef' (srvOpen srv) (IntMap.insert (fdInt (connFd c)) c)
-              setUp c `catch` \(_ :: IOException) -> return ()
-              -- The request often arrives with the connection: try to
-              -- read it at once rather than wait for readiness first.
-              post rt (connColor c) hRead (readRequest srv c)
+          W.CloseFor c -> closeFor c >> serve s >> return True
+          W.WaitFor ns | waited < W.admissionPatience -> do
+            let us = min W.admissionStep (fromIntegral (ns `quot` 1000) + 1000)
+            later us (held full s (waited + us)) (W.close s)
+            return False
+          _ -> do
+            modifyIORef' (srvRefused srv) (+ 1)
+            W.refuseClient refusal s
+            _ <- W.refillReserve adm
+            return True
+    chooseVictim = do
+      open <- IntMap.elems <$> readIORef (srvOpen srv)
+      W.chooseVictim W.EvictStalledThenIdle [ (connSocket c, c) | c <- open ]
+    evict = chooseVictim >>= \victim -> case victim of
+      W.CloseFor c -> closeFor c
+      _ -> return ()
+    closeFor c = do
+      post rt (connColor c) hClose (closeConn srv c Abort)
+      modifyIORef' (srvEvicted srv) (+ 1)
+    refusal = responseBytes CloseAfter serviceUnavailable
+    held full s waited = do
+      stopping <- readIORef (srvStopping srv)
+      if stopping then W.close s else do
+        goOn <- admit full s waited
+        when goOn (acceptConnections srv)
+    serve s = do
+      _ <- W.refillReserve adm
+      n <- readIORef (srvClients srv)
+      made <- try (newConn srv s)
+      case made of
+        Left (_ :: IOException) -> W.close s
+        Right c -> do
+          writeIORef (srvClients srv) (n + 1)
+          modifyIORef' (srvOpen srv) (IntMap.insert (fdInt (connFd c)) c)
+          setUp c `catch` \(_ :: IOException) -> return ()
+          -- The request often arrives with the connection: try to
+          -- read it at once rather than wait for readiness first.
+          post rt (connColor c) hRead (readRequest srv c)
     skippable = [ eCONNABORTED, ePROTO, ePERM, eNETDOWN, eNOPROTOOPT, eHOSTDOWN, eNONET
                 , eHOSTUNREACH, eOPNOTSUPP, eNETUNREACH ]
     setUp c = do

@@ -320,12 +320,51 @@ tryRefill adm = do
       unless kept (void (c_close new))
       return kept
 
+-- | What 'acceptOnReserve' found.
+data Reserved
+  = ReservedClient !Socket !SockAddr
+    -- ^ A newcomer, accepted into the reserve's fd: serve it if a
+    -- connection is closed for it, else refuse it; then 'refillReserve'.
+  | NoneWaiting
+    -- ^ No newcomer was waiting; the reserve is held again.
+  | ReserveOut
+    -- ^ The reserve is out (or fds ran out again before the accept):
+    -- accepting backs off until fds free up, closing a connection the
+    -- policy allows at each step.
+
+-- | Out of fds at accept (@EMFILE@ and the like, 'outOfFds'): release the
+-- reserve fd and accept one waiting newcomer into it, so that it can be
+-- answered (Note [Making room under fd pressure]). Never blocks; throws
+-- what 'tryAccept' throws otherwise.
+acceptOnReserve :: Admission -> Socket -> IO Reserved
+acceptOnReserve adm l = do
+  reserve <- atomicModifyIORef' (admReserve adm) (\fd -> if fd >= 0 then (-1, fd) else (fd, fd))
+  if reserve < 0 then ReserveOut <$ refillReserve adm else do
+    _ <- c_close reserve
+    r <- try (tryAccept l)
+    case r of
+      Right (Just (s, peer)) -> return (ReservedClient s peer)
+      Right Nothing -> NoneWaiting <$ refillReserve adm
+      Left e | outOfFds e -> ReserveOut <$ refillReserve adm
+             | otherwise -> refillReserve adm >> throwIO e
+
+-- | Did the call fail for want of fds (or of kernel memory for one)?
+outOfFds :: IOException -> Bool
+outOfFds e = maybe False (\n -> Errno n `elem` [eMFILE, eNFILE, eNOBUFS, eNOMEM]) (ioe_errno e)
+
+-- | How long a full server waits at most (µs) for a connection it may
+-- close for a newcomer to age past 'evictionGraceNs' before refusing the
+-- newcomer; and how long it waits at most between two looks.
+admissionPatience, admissionStep :: Int
+admissionPatience = 1000000
+admissionStep = 250000
+
 -- | Accept the next connection the server will serve (Note [Making room
 -- under fd pressure]): a newcomer while the server is full is refused
 -- ('refuseClient') unless an established connection is closed for it;
--- out of fds, the reserve is used to accept and answer newcomers, and if
--- it cannot be, accepting backs off as 'acceptPatiently' does. Throws
--- what 'accept' throws otherwise.
+-- out of fds, the reserve is used to accept and answer newcomers
+-- ('acceptOnReserve'), and if it cannot be, accepting backs off as
+-- 'acceptPatiently' does. Throws what 'accept' throws otherwise.
 acceptAdmitting :: Admission -> Socket -> IO (Socket, SockAddr)
 acceptAdmitting adm l = go Nothing (0 :: Int)
   where
@@ -336,32 +375,19 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
           full <- admFull adm
           admit (if full then Just (admFull adm) else Nothing) conn backoff refused
         Left e
-          | errnoIs e exhaustion -> do
+          | outOfFds e -> do
               when (backoff == Nothing) $ hPutStrLn stderr
                 ("weft: accept on fd " ++ show (socketFd l) ++ ": " ++ ioe_description e
                  ++ "; open connections are still served")
-              reserve <- atomicModifyIORef' (admReserve adm) (\fd -> if fd >= 0 then (-1, fd) else (fd, -1))
-              -- With the reserve's fd free, take a newcomer that is there
-              -- (accept says EMFILE whether or not one is); if none is,
-              -- take the reserve back and wait for one.
-              got <- if reserve < 0 then return Nothing else do
-                _ <- c_close reserve
-                r' <- try (tryAccept l)
-                case r' of
-                  Right (Just conn) -> return (Just (Just conn))
-                  Right Nothing -> return (Just Nothing)
-                  Left e' | errnoIs e' exhaustion -> return Nothing
-                          | otherwise -> refillReserve adm >> throwIO e'
+              got <- acceptOnReserve adm l
               let burst = Just (fromMaybe 1000 backoff)
               case got of
                 -- Full for want of an fd until the reserve can be had back.
-                Just (Just conn) -> admit (Just (not <$> refillReserve adm)) conn burst refused
-                Just Nothing -> do
-                  _ <- refillReserve adm
-                  waitReady Reading l
-                  go burst refused
-                Nothing -> do
-                  _ <- refillReserve adm
+                ReservedClient s peer -> admit (Just (not <$> refillReserve adm)) (s, peer) burst refused
+                NoneWaiting -> waitReady Reading l >> go burst refused
+                -- Closing a connection the policy allows frees an fd.
+                ReserveOut -> do
+                  _ <- admEvict adm
                   let delay = maybe 1000 (\d -> min 100000 (2 * d)) backoff
                   pause delay
                   go (Just delay) refused
@@ -381,19 +407,17 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
           refuseClient (admRefusal adm) s
           _ <- refillReserve adm
           go backoff (refused + 1)
-    -- Wait for a candidate to age at most a second in all, then refuse.
     makeRoom :: Int -> IO Bool -> IO Bool
     makeRoom waited stillFull = do
       choice <- admEvict adm
       case choice of
         CloseFor () -> return True
-        WaitFor ns | waited < 1000000 -> do
-          let us = min 250000 (fromIntegral (ns `quot` 1000) + 1000)
+        WaitFor ns | waited < admissionPatience -> do
+          let us = min admissionStep (fromIntegral (ns `quot` 1000) + 1000)
           pause us
           full <- stillFull
           if full then makeRoom (waited + us) stillFull else return True
         _ -> return False
-    exhaustion = [eMFILE, eNFILE, eNOBUFS, eNOMEM]
     errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)
 
 -- | Refuse a client without waiting for it: send the refusal if its socket
