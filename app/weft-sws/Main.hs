@@ -29,7 +29,7 @@ usage = unlines
   , "  --batch N             events of one color run in a row (default 10)"
   , "  --steal-margin US     weft policies leave a core alone while its queued work is below this (default 50)"
   , "  --cores N             workers (default: one per capability)"
-  , "  --max-clients N       open connections at most; more are answered 503 (default 10000)"
+  , "  --max-clients N       open connections at most; more are answered 503 (default: the fd limit less 32)"
   , "  --accept-batch N      connections one Accept event takes (default 64)"
   , "  --idle-timeout SECS   close connections silent this long, 0 for never (default 60)"
   , "  --min-receive BYTES   received bytes that count as activity against it (default 1024)"
