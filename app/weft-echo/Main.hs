@@ -5,4 +5,4 @@ import Example.Serve
 import Example.Servers
 
 main :: IO ()
-main = serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--max-clients N]" 0 0 plainAdmit (\_ -> Just echoServer)
+main = serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--max-clients N] [--evict none|stalled|stalled-then-idle]" 0 0 plainAdmit (\_ -> Just echoServer)

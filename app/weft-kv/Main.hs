@@ -15,13 +15,14 @@ import System.IO
 import Kv.Resp (Limits (..))
 import Kv.Server
 import qualified Weft.Color as Color
+import qualified Weft.Net as Net
 
 main :: IO ()
 main = do
   hSetBuffering stderr LineBuffering
   name <- getProgName
   args <- getArgs
-  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--max-clients N] [--policy "
+  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--max-clients N] [--evict none|stalled|stalled-then-idle] [--policy "
               ++ concatMap (\p -> Color.policyName p ++ "|") (init Color.allPolicies)
               ++ Color.policyName (last Color.allPolicies) ++ "]"
       die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\n" ++ usage) >> exitFailure
@@ -54,6 +55,9 @@ main = do
     parse ("--max-clients" : n : rest) cfg port = case reads n of
       [(k, "")] | k >= (0 :: Int) -> parse rest cfg { serverMaxClients = k } port
       _ -> Left ("bad --max-clients " ++ n)
+    parse ("--evict" : e : rest) cfg port = case Net.parseEviction e of
+      Just pol -> parse rest cfg { serverEviction = pol } port
+      Nothing -> Left ("unknown eviction policy " ++ e)
     parse ("--policy" : p : rest) cfg port = case Color.parsePolicy p of
       Just pol -> parse rest cfg { serverRuntime = (serverRuntime cfg) { Color.cfgPolicy = pol } } port
       Nothing -> Left ("unknown policy " ++ p)

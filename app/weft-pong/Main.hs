@@ -27,7 +27,7 @@ main = do
   case bodyOption args of
     Left msg -> hPutStrLn stderr ("weft-pong: " ++ msg) >> exitFailure
     Right (bytes, rest) -> withArgs rest $
-      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--min-receive BYTES] [--max-clients N] [--body-bytes N]" 0 60000000
+      serverMain "PORT [--manager weft|ghc] [--idle-timeout SECONDS] [--min-receive BYTES] [--max-clients N] [--evict none|stalled|stalled-then-idle] [--body-bytes N]" 0 60000000
         (Admit W.EvictStalledThenIdle tooManyClientsResponse) (\_ -> Just (pongServerWith (pongResponseOf bytes)))
 
 -- | Take @--body-bytes N@ (default 4) out of the arguments; the rest are

@@ -5,7 +5,7 @@ import Example.Serve
 import Example.Servers
 
 main :: IO ()
-main = serverMain "PORT REQ_BYTES REPLY_BYTES [--manager weft|ghc] [--idle-timeout SECONDS] [--max-clients N]" 2 0 plainAdmit setup
+main = serverMain "PORT REQ_BYTES REPLY_BYTES [--manager weft|ghc] [--idle-timeout SECONDS] [--max-clients N] [--evict none|stalled|stalled-then-idle]" 2 0 plainAdmit setup
   where
     setup [req, reply]
       | [(q, "")] <- reads req, [(r, "")] <- reads reply, q > 0, r > 0 =

@@ -21,6 +21,7 @@ import System.Posix.Signals
 import Sws.Cache
 import Sws.Server
 import Weft.Color
+import qualified Weft.Net as W
 
 usage :: String
 usage = unlines
@@ -30,6 +31,8 @@ usage = unlines
   , "  --steal-margin US     weft policies leave a core alone while its queued work is below this (default 50)"
   , "  --cores N             workers (default: one per capability)"
   , "  --max-clients N       open connections at most; more are answered 503 (default: the fd limit less 32)"
+  , "  --evict POLICY        which connection a full server closes for a newcomer: none, stalled,"
+  , "                        stalled-then-idle (default)"
   , "  --accept-batch N      connections one Accept event takes (default 64)"
   , "  --idle-timeout SECS   close connections silent this long, 0 for never (default 60)"
   , "  --min-receive BYTES   received bytes that count as activity against it (default 1024)"
@@ -65,6 +68,9 @@ parseOptions o (flag : value : rest) = case flag of
     _ -> Left ("bad --steal-margin " ++ value)
   "--cores" -> positive $ \n -> rt (\c -> c { cfgCores = n })
   "--max-clients" -> positive $ \n -> srv (\c -> c { cfgMaxClients = n })
+  "--evict" -> case W.parseEviction value of
+    Just e -> parseOptions (srv (\c -> c { cfgEviction = e })) rest
+    Nothing -> Left ("unknown eviction policy " ++ value)
   "--accept-batch" -> positive $ \n -> srv (\c -> c { cfgAcceptBatch = n })
   "--idle-timeout" -> case reads value of
     [(secs, "")] | secs >= (0 :: Double) -> parseOptions (srv (\c -> c { cfgIdleTimeout = round (secs * 1e6) })) rest

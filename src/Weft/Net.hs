@@ -67,6 +67,8 @@ module Weft.Net
   , acceptPatiently
     -- * Admitting clients under fd pressure
   , Eviction (..)
+  , evictionName
+  , parseEviction
   , Admission
   , newAdmission
   , Clients
@@ -84,6 +86,7 @@ module Weft.Net
   , admissionPatience
   , admissionStep
   , clientLimit
+  , evictionSetting
   , reservedFds
   , chooseVictim
   , Choice (..)
@@ -97,7 +100,7 @@ module Weft.Net
 
 import Weft.Internal.Bytes (byteAt)
 import Weft.Net.Internal.Calls
-import Weft.Net.Internal.Eviction (Choice (..), Eviction (..), Standing (..))
+import Weft.Net.Internal.Eviction (Choice (..), Eviction (..), Standing (..), evictionName, parseEviction)
 import Weft.Net.Internal.Serve
 import Weft.Net.Internal.Socket (Socket, awaitingPeer, close, connectionStanding, isIdleTimeoutError, setIdleTimeout,
                                  setMinimumReceive, socketFd, trackProgress)

@@ -35,6 +35,11 @@ stamp Working = Nothing
 
 spec :: Spec
 spec = describe "Eviction" $ do
+  it "names every policy, and parses exactly those names" $ do
+    map (parseEviction . evictionName) [EvictNone, EvictStalled, EvictStalledThenIdle]
+      `shouldBe` map Just [EvictNone, EvictStalled, EvictStalledThenIdle]
+    map evictionName [EvictNone, EvictStalled, EvictStalledThenIdle] `shouldBe` ["none", "stalled", "stalled-then-idle"]
+    parseEviction "idle" `shouldBe` Nothing
   prop "never closes a working connection, nor one within the grace, nor any under EvictNone" $
     forAll policies $ \policy (Conns cs) ->
       case pickVictim policy now (zip cs [0 :: Int ..]) of

@@ -29,6 +29,7 @@ import Kv.Resp
 import Kv.Server
 import Support (within)
 import Test.Net (connectClient, keepsClientsWhenFull, recvExactly)
+import Weft.Net (Eviction (..))
 
 spec :: Spec
 spec = describe "weft-kv" $ do
@@ -458,6 +459,19 @@ serverSpec = do
     keepsClientsWhenFull False addr "-ERR max number of clients reached\r\n" $ \c -> do
       NB.sendAll c (encodeCommand ["SET", "pool", "x"])
       recvExactly c 5 `shouldReturn` "+OK\r\n"
+ it "with --evict stalled, at --max-clients closes a client stalled mid-command for a newcomer, never an idle one" $
+  withKvConfig defaultServerConfig { serverMaxClients = 2, serverEviction = EvictStalled } $ \addr ->
+    withClient addr $ \idle -> withClient addr $ \stalled -> do
+      cmd idle ["PING"] `shouldReturn` RSimple "PONG"
+      cmd stalled ["PING"] `shouldReturn` RSimple "PONG"
+      -- Half a command, then nothing: stalled past the grace.
+      sendRaw stalled (B.take 9 (encodeCommand ["GET", "key"]))
+      threadDelay 400000
+      withClient addr $ \newcomer -> within 2 "the newcomer's answer" $
+        cmd newcomer ["PING"] `shouldReturn` RSimple "PONG"
+      closed <- try (untilClosed stalled)
+      either (\(_ :: IOException) -> return ()) (`shouldBe` B.empty) closed
+      cmd idle ["PING"] `shouldReturn` RSimple "PONG"
  it "with --timeout, closes a client that trickles a command, and keeps one that talks" $
   withKvConfig defaultServerConfig { serverTimeout = 300000, serverMinReceive = 64 } $ \addr ->
     withClient addr $ \slow -> withClient addr $ \steady -> do

@@ -27,9 +27,10 @@ import Test.Hspec
 import Support
 import Sws.Cache
 import Sws.Server
-import Test.Net (connectClient, makesRoomForNewcomers, recvExactly, recvToEnd)
+import Test.Net (connectClient, keepsClientsWhenFull, makesRoomForNewcomers, recvExactly, recvToEnd)
 import Test.Servers (recvAll, statusOf)
 import Weft.Color
+import qualified Weft.Net as W
 
 -- | The files of the test document root.
 helloBody, indexBody, pageBody :: B.ByteString
@@ -259,6 +260,10 @@ spec = describe "weft-sws" $ do
           N.close (head sockets)
           eventually "a client left" ((== 2) <$> serverClients srv)
           stillServed addr
+
+    it "with cfgEviction EvictNone, at the limit keeps its idle keep-alive clients and answers newcomers 503" $
+      withSws policy (\c -> c { cfgMaxClients = 8, cfgEviction = W.EvictNone }) $ \_ addr ->
+        keepsClientsWhenFull False addr refusal503 $ \c -> expectReply c (get "/hello.txt") helloOk
 
     it "out of fds at accept, with every client busy, answers a newcomer from its reserve fd: exactly 503 and a close" $
       withSws policy id $ \srv addr -> do

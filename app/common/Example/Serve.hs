@@ -51,11 +51,12 @@ lingerMicros :: Int
 lingerMicros = 1000000
 
 -- | Parse @PORT ARGS... [--manager weft|ghc] [--idle-timeout SECONDS]
--- [--min-receive BYTES] [--max-clients N]@ (the idle timeout, weft only,
+-- [--min-receive BYTES] [--max-clients N] [--evict POLICY]@ (the idle timeout, weft only,
 -- defaults to the given microseconds; the minimum receive,
 -- 'defaultMinReceive' by default, is how many received bytes count as
 -- progress against it; the client limit, weft only, defaults to the fd
--- limit less 'W.reservedFds', and a full server admits as @admit@ says), give the
+-- limit less 'W.reservedFds', and a full server admits as @admit@ says,
+-- with @--evict none|stalled|stalled-then-idle@ its eviction), give the
 -- positional arguments after the port to @setup@, and serve every
 -- connection with the handler it returns, on 0.0.0.0:PORT, for ever. A
 -- handler's exception closes its connection only.
@@ -85,6 +86,8 @@ serverMain usage nArgs defaultIdle admit setup = do
       | [(b, "")] <- reads bytes, b >= (0 :: Int) = go pos m lim { limitMinReceive = b } rest
     go pos m lim ("--max-clients" : n : rest)
       | [(k, "")] <- reads n, k > (0 :: Int) = go pos m lim { limitMaxClients = k } rest
+    go pos m lim ("--evict" : policy : rest)
+      | Just e <- W.parseEviction policy = go pos m lim { limitAdmit = (limitAdmit lim) { admitEviction = e } } rest
     go _ _ _ (opt@('-' : '-' : _) : _) = Left ("unknown option " ++ opt)
     go pos m lim (a : rest) = go (a : pos) m lim rest
 

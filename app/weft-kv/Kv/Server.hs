@@ -67,9 +67,13 @@ data ServerConfig = ServerConfig
     -- ^ Clients served at once at most, as redis's @maxclients@; a client
     -- beyond them is answered @-ERR max number of clients reached@ and
     -- closed. 0 (the default): the soft @RLIMIT_NOFILE@ less
-    -- 'Net.reservedFds', as redis derives it. No established client is
-    -- ever closed to make room (Note [Making room under fd pressure] in
-    -- "Weft.Net.Internal.Serve"): only its timeout ends an idle one.
+    -- 'Net.reservedFds', as redis derives it.
+  , serverEviction :: !Net.Eviction
+    -- ^ Which established client a full server may close for a newcomer
+    -- (Note [Making room under fd pressure] in "Weft.Net.Internal.Serve").
+    -- Default 'Net.EvictNone', as redis: an idle client is normal, and only
+    -- its timeout ends it. 'Net.EvictStalled' closes a client stalled in
+    -- the middle of a command or not reading its replies.
   }
 
 -- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
@@ -77,6 +81,7 @@ data ServerConfig = ServerConfig
 -- at most, and 60 s for a client to take some of them.
 defaultServerConfig :: ServerConfig
 defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024 (64 * 1048576) 60000000 0
+                                  Net.EvictNone
 
 -- | Serve the Redis protocol on the address until this thread is killed;
 -- then stop accepting, let the runtime finish the events it accepted, and
@@ -93,10 +98,22 @@ runServer cfg addr = do
   let full = (>= limit) . IntMap.size <$> readIORef live
   (bracket (Net.listen addr) Net.close $ \l -> do
       serverOnReady cfg =<< Net.localAddress l
-      bracket (Net.newAdmission full (return Net.Refuse) maxClientsReached) Net.closeAdmission $ \adm ->
+      bracket (Net.newAdmission full (evict env) maxClientsReached) Net.closeAdmission $ \adm ->
         forever (Net.acceptAdmitting adm l >>= adopt env))
     `finally` (Color.shutdown rt >> closeRemaining live)
   where
+    -- A victim leaves the open ones at once (so the newcomer counts in
+    -- its place) and is closed on its color.
+    evict env = do
+      conns <- IntMap.elems <$> readIORef (envLive env)
+      victim <- Net.chooseVictim (serverEviction cfg) [ (connSocket c, c) | c <- conns ]
+      case victim of
+        Net.CloseFor c -> do
+          forget env c
+          post (envRuntime env) (connColor c) hEvict (closeConn env c) `catch` \RuntimeClosed -> closeConn env c
+          return (Net.CloseFor ())
+        Net.WaitFor ns -> return (Net.WaitFor ns)
+        Net.Refuse -> return Net.Refuse
     closeRemaining live = do
       conns <- atomicModifyIORef' live (\m -> (IntMap.empty, IntMap.elems m))
       forM_ conns (Net.close . connSocket)
@@ -151,10 +168,11 @@ chunksPerEvent = 4
 lingerMicros :: Int
 lingerMicros = 1000000
 
-hRead, hWrite, hStall :: Handler
+hRead, hWrite, hStall, hEvict :: Handler
 hRead = handler "kv-read"
 hWrite = handler "kv-write"
 hStall = handler "kv-stall"
+hEvict = handler "kv-evict"
 
 ------------------------------------------------------------------------------
 -- Connections
@@ -344,7 +362,10 @@ armRead env c = do
   writeIORef (connReading c) True
   drained <- readIORef (connDrained c)
   if drained
-    then watch env c (rearmRead (connWatch c))
+    -- A short read ends a read as EAGAIN would, and says as much for the
+    -- eviction policy (Note [What a connection waits for] in
+    -- "Weft.Net.Internal.Socket").
+    then Net.awaitingPeer (connSocket c) >> watch env c (rearmRead (connWatch c))
     else post (envRuntime env) (connColor c) hRead (readable env c)
            `catch` \RuntimeClosed -> closeConn env c
 

@@ -89,9 +89,13 @@ data ServerConfig = ServerConfig
     -- ^ The colored runtime's configuration: policy, batch, cores.
   , cfgMaxClients  :: !Int
     -- ^ Most connections open at once; a connection accepted beyond it
-    -- is answered 503 and closed at once, unless a stalled or idle
-    -- connection is closed for it ('W.EvictStalledThenIdle'). 0 (the
-    -- default): the soft @RLIMIT_NOFILE@ less 'W.reservedFds'.
+    -- is answered 503 and closed, unless a connection is closed for it
+    -- ('cfgEviction'). 0 (the default): the soft @RLIMIT_NOFILE@ less
+    -- 'W.reservedFds'.
+  , cfgEviction    :: !W.Eviction
+    -- ^ Which connection a full server may close for a newcomer (default
+    -- 'W.EvictStalledThenIdle': a stalled one, else one idle between
+    -- requests, as HTTP allows).
   , cfgAcceptBatch :: !Int
     -- ^ Most connections one Accept event takes before it lets other
     -- events run (default 64).
@@ -113,6 +117,7 @@ defaultServerConfig :: ServerConfig
 defaultServerConfig = ServerConfig
   { cfgRuntime = defaultConfig
   , cfgMaxClients = 0
+  , cfgEviction = W.EvictStalledThenIdle
   , cfgAcceptBatch = 64
   , cfgIdleTimeout = 60000000
   , cfgMinReceive = 1024
@@ -291,8 +296,8 @@ stopServer srv = do
 --
 -- A newcomer over 'cfgMaxClients', or taken into the reserve fd when
 -- accept fails for want of fds ('W.acceptOnReserve'), is served only if
--- a stalled or idle connection is closed for it ('W.EvictStalledThenIdle',
--- as 'W.acceptAdmitting' does). If one will have aged past the grace
+-- a connection is closed for it ('cfgEviction', as 'W.acceptAdmitting'
+-- does). If one will have aged past the grace
 -- soon, the newcomer is held and accepting pauses: a timer posts Accept
 -- again to look once more, for at most 'W.admissionPatience' in all;
 -- then it is refused with a 503 ('W.refuseClient').
@@ -385,7 +390,7 @@ acceptConnections srv = do
             return True
     chooseVictim = do
       open <- IntMap.elems <$> readIORef (srvOpen srv)
-      W.chooseVictim W.EvictStalledThenIdle [ (connSocket c, c) | c <- open ]
+      W.chooseVictim (cfgEviction (srvConfig srv)) [ (connSocket c, c) | c <- open ]
     evict = chooseVictim >>= \victim -> case victim of
       W.CloseFor c -> closeFor c
       _ -> return ()

@@ -25,7 +25,9 @@
 --   count, or out of fds: a reserve fd lets it be accepted even then)
 --   gets a connection closed for it, one stalled in the middle of a
 --   request or idle between requests ('Weft.Net.EvictStalledThenIdle', as
---   nginx and HTTP allow), or else a 503 with @Connection: close@. Stock
+--   nginx and HTTP allow; @WEFT_EVICTION=none|stalled@ chooses another
+--   policy, 'Weft.Net.evictionSetting'), or else a 503 with
+--   @Connection: close@. Stock
 --   warp, by version, retries in a busy loop, stops accepting, or waits for
 --   one of its connections to close.
 -- * Each connection's 'Connection' is built on a weft socket: receives,
@@ -168,7 +170,8 @@ runSettingsSocket set0 sock app = do
         return (makeConnection (void . Net.removeClient clients) s, peer)
   listener <- Net.fromNetworkSocket sock
   (`finally` Net.close listener) $
-    bracket (Net.admitClients 0 Net.EvictStalledThenIdle refusalResponse clients) Net.closeAdmission $ \adm -> do
+    bracket (Net.evictionSetting Net.EvictStalledThenIdle >>= \policy ->
+               Net.admitClients 0 policy refusalResponse clients) Net.closeAdmission $ \adm -> do
       settingsInstallShutdownHandler set0 (Net.close listener)
       runConnections set0 (acceptOne adm listener) app
   where

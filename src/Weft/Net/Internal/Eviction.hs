@@ -4,6 +4,8 @@
 module Weft.Net.Internal.Eviction
   ( Standing (..)
   , Eviction (..)
+  , evictionName
+  , parseEviction
   , evictionGraceNs
   , Choice (..)
   , pickVictim
@@ -44,6 +46,17 @@ data Eviction
     -- HTTP, whose clients must expect a server to close an idle
     -- persistent connection (RFC 9112, section 9.3), as nginx does.
   deriving (Eq, Show)
+
+-- | A policy's name in settings and on command lines: @none@, @stalled@,
+-- @stalled-then-idle@.
+evictionName :: Eviction -> String
+evictionName EvictNone = "none"
+evictionName EvictStalled = "stalled"
+evictionName EvictStalledThenIdle = "stalled-then-idle"
+
+-- | The policy of that name ('evictionName').
+parseEviction :: String -> Maybe Eviction
+parseEviction s = lookup s [ (evictionName e, e) | e <- [EvictNone, EvictStalled, EvictStalledThenIdle] ]
 
 -- | A connection that made progress this recently (nanoseconds) is never
 -- closed to make room: a steady client does not lose to one that has yet

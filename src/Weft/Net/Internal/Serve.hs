@@ -204,6 +204,20 @@ clientLimit n
       lim <- c_fd_limit
       return (if lim < 0 then maxBound else max 1 (fromIntegral lim - reservedFds))
 
+-- | The eviction policy of a server whose configuration has no setting for
+-- it (e.g. "Weft.Warp"'s, which is warp's): the one @WEFT_EVICTION@ names
+-- ('parseEviction'), else the given default. A name that is no policy is
+-- an 'IOError' (invalid argument), not a silent default.
+evictionSetting :: Eviction -> IO Eviction
+evictionSetting def = do
+  env <- lookupEnv "WEFT_EVICTION"
+  case env of
+    Nothing -> return def
+    Just "" -> return def
+    Just name -> maybe (ioError (IOError Nothing InvalidArgument "weft: evictionSetting"
+                                   ("WEFT_EVICTION=" ++ name ++ " names no eviction policy") Nothing Nothing))
+                       return (parseEviction name)
+
 -- | The connections a server serves, by fd number, and how many: what
 -- its client limit counts and its eviction chooses from.
 data Clients = Clients !(IORef (IM.IntMap Socket)) !(IORef Int)
