@@ -28,7 +28,7 @@ usage = unlines
   [ "PORT DOCROOT [options]"
   , "  --policy NAME         work stealing policy: " ++ intercalate ", " (map policyName allPolicies) ++ " (default Mely)"
   , "  --batch N             events of one color run in a row (default 10)"
-  , "  --steal-margin US     weft policies leave a core alone while its queued work is below this (default 50)"
+  , "  --steal-margin US     weft policies leave a core alone while its queued work is below this (default 5000)"
   , "  --cores N             workers (default: one per capability)"
   , "  --max-clients N       open connections at most; more are answered 503 (default: the fd limit less 32)"
   , "  --evict POLICY        which connection a full server closes for a newcomer: none, stalled,"

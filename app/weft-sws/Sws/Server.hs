@@ -112,10 +112,10 @@ data ServerConfig = ServerConfig
   }
 
 -- | The defaults described at each field, on 'defaultConfig' (the Mely
--- policy).
+-- policy) with 'serverStealMargin'.
 defaultServerConfig :: ServerConfig
 defaultServerConfig = ServerConfig
-  { cfgRuntime = defaultConfig
+  { cfgRuntime = defaultConfig { cfgStealMargin = serverStealMargin }
   , cfgMaxClients = 0
   , cfgEviction = W.EvictStalledThenIdle
   , cfgAcceptBatch = 64
@@ -123,6 +123,17 @@ defaultServerConfig = ServerConfig
   , cfgMinReceive = 1024
   , cfgLimits = defaultLimits
   }
+
+-- | The steal margin of a weft-sws runtime, in ns (5 ms; the runtime's
+-- default is 50 µs). A stolen connection's color runs one
+-- request's events (a few µs) and goes home, so a steal moves almost no
+-- work for its cost: the thief's wake-up, both locks and the connection's
+-- data crossing caches. The OS already runs a capability whose core is
+-- taken on an idle one, so a short queue is served about as soon without
+-- a steal; stealing is kept for a real backlog, such as a core stuck
+-- behind long handlers (docs/results/stealing.md has the measurements).
+serverStealMargin :: Int
+serverStealMargin = 5000000
 
 -- | The color shared by Accept and DecClientAccepted: 1, as in the paper
 -- (so on two or more cores it starts away from color 0's core). Fds 0–2
