@@ -85,6 +85,7 @@ module Weft.Net
   , outOfFds
   , admissionPatience
   , admissionStep
+  , admissionWait
   , clientLimit
   , evictionSetting
   , reservedFds

@@ -45,6 +45,9 @@
 -- 'maxHeaderBytes' (or the parser would have failed), so it never holds
 -- more than that plus one read. Output is at most one response plus its
 -- head. Request bodies are discarded as they arrive, never kept.
+--
+-- (Over 600 lines: the handlers and the Accept handler's admission share
+-- the 'Server' and 'Conn' records and the Notes above, read together.)
 module Sws.Server
   ( -- * Configuration
     ServerConfig (..)
@@ -391,7 +394,7 @@ acceptConnections srv = do
         case victim of
           W.CloseFor c -> closeFor c >> serve s >> return True
           W.WaitFor ns | waited < W.admissionPatience -> do
-            let us = min W.admissionStep (fromIntegral (ns `quot` 1000) + 1000)
+            let us = W.admissionWait ns
             later us (held full s (waited + us)) (W.close s)
             return False
           _ -> do

@@ -13,6 +13,7 @@ import Data.IORef
 import qualified Data.IntMap.Strict as IM
 import qualified Data.ByteString as B
 import Data.Maybe (fromMaybe)
+import Data.Word (Word64)
 import GHC.Clock (getMonotonicTimeNSec)
 import Foreign.C.Error
 import GHC.IO.Exception (IOException (..), IOErrorType (..))
@@ -373,6 +374,11 @@ admissionPatience, admissionStep :: Int
 admissionPatience = 1000000
 admissionStep = 250000
 
+-- | For 'WaitFor' @ns@: how long (µs) to wait before looking again, at most
+-- 'admissionStep'.
+admissionWait :: Word64 -> Int
+admissionWait ns = min admissionStep (fromIntegral (ns `quot` 1000) + 1000)
+
 -- | Accept the next connection the server will serve (Note [Making room
 -- under fd pressure]): a newcomer while the server is full is refused
 -- ('refuseClient') unless an established connection is closed for it;
@@ -427,7 +433,7 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
       case choice of
         CloseFor () -> return True
         WaitFor ns | waited < admissionPatience -> do
-          let us = min admissionStep (fromIntegral (ns `quot` 1000) + 1000)
+          let us = admissionWait ns
           pause us
           full <- stillFull
           if full then makeRoom (waited + us) stillFull else return True
