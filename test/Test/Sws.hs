@@ -277,19 +277,24 @@ spec = describe "weft-sws" $ do
           forM_ (take 3 sockets) $ \c -> expectReply c (get "/hello.txt") helloOk
           stillServed addr
 
-    it "rides out fd exhaustion at accept: admitted clients are served, accepting resumes" $
-      withSws policy id $ \srv addr -> do
+    it "out of fds at accept: admitted clients are served, each newcomer gets exactly 503 from the reserve, all served after" $
+      withSws policy (\c -> c { cfgEviction = W.EvictNone }) $ \srv addr -> do
         startManagers
         -- Client sockets made before the limit drops; connecting needs no fd.
         clients <- replicateM 8 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+        let (admitted, newcomers) = splitAt 3 clients
         (`finally` mapM_ N.close clients) $ withFdHeadroom 3 $ \liftLimit -> do
-          mapM_ (`N.connect` addr) clients
+          mapM_ (`N.connect` addr) admitted
           eventually "three admitted" ((== 3) <$> serverClients srv)
-          threadDelay 20000
+          forM_ newcomers $ \c -> do
+            N.connect c addr
+            within 2 "a newcomer's refusal" (recvToEnd c) `shouldReturn` refusal503
           serverClients srv `shouldReturn` 3
-          forM_ (take 3 clients) $ \c -> expectReply c (get "/hello.txt") helloOk
+          serverRefused srv `shouldReturn` 5
+          forM_ admitted $ \c -> expectReply c (get "/hello.txt") helloOk
           liftLimit
-          forM_ clients $ \c -> expectReply c (get "/sub/page.html") pageOk
+          forM_ admitted $ \c -> expectReply c (get "/sub/page.html") pageOk
+          stillServed addr
 
     it "out of fds at accept, closes idle keep-alive clients for newcomers, never the busy one" $
       withSws policy id $ \_ addr -> makesRoomForNewcomers addr $ \c -> expectReply c (get "/hello.txt") helloOk
