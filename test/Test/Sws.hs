@@ -253,11 +253,12 @@ spec = describe "weft-sws" $ do
 
     it "over the client limit, with every client busy, answers a newcomer exactly 503 and a close, and admits again below it" $
       withSws policy (\c -> c { cfgMaxClients = 3 }) $ \srv addr -> do
-        sockets <- replicateM 4 (N.socket N.AF_INET N.Stream N.defaultProtocol)
-        (`finally` mapM_ N.close sockets) $ do
-          refusedWhileBusy addr (take 3 sockets) (sockets !! 3)
+        busy <- replicateM 3 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+        newcomer <- N.socket N.AF_INET N.Stream N.defaultProtocol
+        (`finally` mapM_ N.close (newcomer : busy)) $ do
+          refusedWhileBusy addr busy newcomer
           serverRefused srv `shouldReturn` 1
-          N.close (head sockets)
+          mapM_ N.close (take 1 busy)
           eventually "a client left" ((== 2) <$> serverClients srv)
           stillServed addr
 
@@ -269,12 +270,13 @@ spec = describe "weft-sws" $ do
       withSws policy id $ \srv addr -> do
         startManagers
         -- Client sockets made before the limit drops; connecting needs no fd.
-        sockets <- replicateM 4 (N.socket N.AF_INET N.Stream N.defaultProtocol)
-        (`finally` mapM_ N.close sockets) $ withFdHeadroom 3 $ \liftLimit -> do
-          refusedWhileBusy addr (take 3 sockets) (sockets !! 3)
+        busy <- replicateM 3 (N.socket N.AF_INET N.Stream N.defaultProtocol)
+        newcomer <- N.socket N.AF_INET N.Stream N.defaultProtocol
+        (`finally` mapM_ N.close (newcomer : busy)) $ withFdHeadroom 3 $ \liftLimit -> do
+          refusedWhileBusy addr busy newcomer
           serverRefused srv `shouldReturn` 1
           liftLimit
-          forM_ (take 3 sockets) $ \c -> expectReply c (get "/hello.txt") helloOk
+          forM_ busy $ \c -> expectReply c (get "/hello.txt") helloOk
           stillServed addr
 
     it "out of fds at accept: admitted clients are served, each newcomer gets exactly 503 from the reserve, all served after" $
