@@ -34,7 +34,7 @@ import System.Posix.Types (Fd (..))
 import qualified Weft
 import Weft.Event.Internal (Outgoing (..), addressRoom, newAcceptAddress, readyAcceptAddress)
 import Weft.Internal.Counters
-import Weft.Net.Internal.Socket hiding (recvBuf)
+import Weft.Net.Internal.Socket
 import qualified Weft.Net.Internal.Socket as S
 
 ------------------------------------------------------------------------------
@@ -181,7 +181,7 @@ recv s n
     -- Note [Receiving through a scratch buffer]
     loop = do
       r <- withScratch $ \p -> do
-        k <- S.recvBuf s p n
+        k <- S.recvRaw s p n
         if k > 0 then Right <$> BI.create (fromIntegral k) (\d -> copyBytes d p (fromIntegral k))
           else return (Left k)
       case r of
@@ -206,7 +206,7 @@ recvBuf s p n = takeLeftover s n >>= maybe fresh copyIn
   where
     fresh = receiveOnRing s n >>= maybe loop (ringBytes s copyIn)
     loop = do
-      r <- S.recvBuf s p n
+      r <- S.recvRaw s p n
       if r > 0 then return (fromIntegral r)
       else if r == 0 then 0 <$ endOfStream s
       else retryOrThrow "recv" Reading s r loop
@@ -396,13 +396,13 @@ tryRecv s n
   | n > scratchBytes = do
       -- Too large for the scratch buffer: receive into a fresh one.
       r <- BI.createAndTrim' n $ \p -> do
-        k <- S.recvBuf s p n
+        k <- S.recvRaw s p n
         return (0, max 0 (fromIntegral k), k)
       finish r
   | otherwise = do
       -- Note [Receiving through a scratch buffer]
       r <- withScratch $ \p -> do
-        k <- S.recvBuf s p n
+        k <- S.recvRaw s p n
         if k > 0 then (\bs -> (bs, k)) <$> BI.create (fromIntegral k) (\d -> copyBytes d p (fromIntegral k))
           else return (B.empty, k)
       finish r
@@ -469,7 +469,7 @@ discardInput s allowed = allocaBytes chunk $ \p ->
   let go left
         | left <= 0 = return Nothing
         | otherwise = do
-            n <- S.recvBuf s p (min chunk left)
+            n <- S.recvRaw s p (min chunk left)
             if n > 0 then go (left - fromIntegral n)
               else if n == negate (errnoLong eAGAIN) then return (Just left)
               else if n == negate (errnoLong eINTR) then go left

@@ -26,7 +26,7 @@ import Foreign.C.Types (CInt (..), CLong (..))
 import qualified Weft
 import Weft.Event.Internal.System (startSystemManagers)
 import Weft.Net.Internal.Eviction
-import Weft.Net.Internal.Socket hiding (recvBuf)
+import Weft.Net.Internal.Socket
 
 import Weft.Net.Internal.Calls
 ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ module Weft.Net.Internal.Socket
   , newSocket
   , Direction (..)
     -- * Guarded syscalls
-  , recvBuf
+  , recvRaw
   , sendBuf
   , sendVector
   , sendFileRaw
@@ -126,7 +126,10 @@ instance Eq Socket where
 instance Show Socket where
   show s = "<weft socket, fd " ++ show (sockFd s) ++ ">"
 
-data Waiter = Unwatched | Watched !Watch | Level
+-- | How a socket's threads wait: not set up yet; on an edge-triggered
+-- watch; or, on a backend without edge-triggered readiness (poll), with a
+-- one-shot registration per wait.
+data Waiter = Unwatched | Watched !Watch | OneShotWaits
 
 -- | Which way a thread waits.
 data Direction = Reading | Writing
@@ -155,9 +158,9 @@ guardArr :: Socket -> MutableByteArray# RealWorld
 guardArr s = case sockGuard s of Counters a -> a
 {-# INLINE guardArr #-}
 
-recvBuf :: Socket -> Ptr Word8 -> Int -> IO CLong
-recvBuf s p n = c_recv (guardArr s) (sockFd s) p (fromIntegral n)
-{-# INLINE recvBuf #-}
+recvRaw :: Socket -> Ptr Word8 -> Int -> IO CLong
+recvRaw s p n = c_recv (guardArr s) (sockFd s) p (fromIntegral n)
+{-# INLINE recvRaw #-}
 
 -- Every send first waits for the socket's send on a ring, if one is in
 -- flight ('settleSend').
@@ -340,7 +343,7 @@ waitReady dir s = do
     Watched watch -> case dir of
       Reading -> awaitReadable watch
       Writing -> awaitWritable watch
-    Level -> do
+    OneShotWaits -> do
       mgr <- getSystemManager
       waitOn mgr (if dir == Reading then evtRead else evtWrite) (socketFd s)
         `catch` \e -> do
@@ -360,7 +363,7 @@ setUpWaiter s = withMVar (sockLock s) $ \_ -> do
     Unwatched | not closed -> do
       mgr <- getSystemManager
       watch <- watchFd mgr (socketFd s)
-      writeIORef (sockWaiter s) (maybe Level Watched watch)
+      writeIORef (sockWaiter s) (maybe OneShotWaits Watched watch)
     _ -> return ()
 
 -- | What to do with a negative syscall result: wait and retry on @EAGAIN@,

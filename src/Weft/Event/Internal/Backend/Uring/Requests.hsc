@@ -152,7 +152,7 @@ newTable ring = do
 
 -- | The requests the ring performs.
 tableCompletions :: Table -> Completions
-tableCompletions t = Completions (recvOnRing t) (sendOnRing t) (acceptOnRing t)
+tableCompletions t = Completions (submitRecv t) (submitSend t) (submitAccept t)
 
 -- | The requests' counts, given the poll requests' resubmissions.
 tableStats :: Maybe Table -> Int -> IO RingStats
@@ -283,18 +283,18 @@ data Op
 
 data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Failed !Errno | Closed | Busy
 
-recvOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
-recvOnRing t whileOpen wake fd n trk =
+submitRecv :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
+submitRecv t whileOpen wake fd n trk =
   resultOf (\o -> case o of Got bs -> Just bs; _ -> Nothing)
     <$!> onRing t whileOpen wake fd (min n (fromIntegral receiveBufferBytes)) OpRecv trk
 
-acceptOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd)
-acceptOnRing t whileOpen wake fd address trk =
+submitAccept :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Tracker -> IO (RingResult Fd)
+submitAccept t whileOpen wake fd address trk =
   resultOf (\o -> case o of Conn c -> Just c; _ -> Nothing)
     <$!> onRing t whileOpen wake fd 0 (OpAccept address) trk
 
-sendOnRing :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
-sendOnRing t whileOpen wake fd full o trk = do
+submitSend :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
+submitSend t whileOpen wake fd full o trk = do
   header <- case o of
     OutBytes _ -> return Nothing
     OutGather _ bss -> Just <$> messageHeader bss
