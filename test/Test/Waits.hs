@@ -189,7 +189,7 @@ spec kind = do
           readIORef edges `shouldReturn` 1
           writeByte w
           eventually "the second edge" ((== 2) <$> readIORef edges)
-          M.unwatchFd watch
+          M.endWatch watch
           writeByte w
           threadDelayGHC 20000
           readIORef edges `shouldReturn` 2

@@ -194,7 +194,7 @@ bodyOf fw dir = if dir == 0 then readIORef (fwRead fw) else return (fwWrite fw)
 -- 'unwatchFd'; an fd closed with a plain @close@ must be unwatched first.
 -- Idempotent; never throws.
 unwatchFd :: FdWatch -> IO ()
-unwatchFd fw = forM_ (fwEdge fw) M.unwatchFd
+unwatchFd fw = forM_ (fwEdge fw) M.endWatch
 
 ------------------------------------------------------------------------------
 -- Sockets

@@ -24,11 +24,11 @@ module Weft.Event.Internal.Core
     -- * Edge-triggered watches
   , Watch
   , watchedFd
-  , watchFd
+  , watchFdWaits
   , watchFdNotify
   , awaitReadable
   , awaitWritable
-  , unwatchFd
+  , endWatch
     -- * Timers
   , TimeoutKey
   , TimeoutCallback

@@ -50,11 +50,11 @@ module Weft.Event.Internal.Registry
   , unregisterFd_
   , closeFdOn
     -- * Edge-triggered watches
-  , watchFd
+  , watchFdWaits
   , watchFdNotify
   , awaitReadable
   , awaitWritable
-  , unwatchFd
+  , endWatch
     -- * For the dispatcher
   , onEvent
   , endRegistrations
@@ -459,19 +459,19 @@ closeFdOn mgrs close fd = mask_ $ do
 -- if the backend has no edge-triggered readiness (poll): use 'waitOn' then.
 -- Throws an 'IOError' if the fd cannot be watched (@EBADF@; @EPERM@ for a
 -- regular file) or the manager was shut down. Other registrations and
--- watches of the fd work beside it. End it with 'unwatchFd', or close the
+-- watches of the fd work beside it. End it with 'endWatch', or close the
 -- fd with 'closeFdOn', which ends it.
-watchFd :: Manager -> Fd -> IO (Maybe Watch)
-watchFd mgr fd = newWatch mgr fd (PutTokens <$> newEmptyMVar <*> newEmptyMVar)
+watchFdWaits :: Manager -> Fd -> IO (Maybe Watch)
+watchFdWaits mgr fd = newWatch mgr fd (PutTokens <$> newEmptyMVar <*> newEmptyMVar)
 
--- | Like 'watchFd', but each report goes to the callback, on the
+-- | Like 'watchFdWaits', but each report goes to the callback, on the
 -- dispatcher's thread, instead of to tokens: 'awaitReadable' and
 -- 'awaitWritable' are not for such a watch. The callback gets every edge
 -- (a report may carry both directions, and a direction that was already
 -- ready), must not block, and is guarded: an exception it throws is
 -- reported and counted, and the dispatcher carries on. It gets 'evtClose'
 -- when the fd is closed through weft. A report the dispatcher harvested
--- before 'unwatchFd' may still reach the callback just after it returns,
+-- before 'endWatch' may still reach the callback just after it returns,
 -- so what the callback acts on must tolerate a late call (a closed
 -- connection ignoring it); a later registration of the same fd number
 -- never gets the old one's reports (Note [Arm generations]).
@@ -526,8 +526,8 @@ awaitToken w token = do
 -- | End a watch: take it out of the fd's registrations (the fd is re-armed
 -- for the others, if any) and wake the threads blocked on it, whose awaits
 -- return. Idempotent; a watch ended by 'closeFdOn' is left alone.
-unwatchFd :: Watch -> IO ()
-unwatchFd w = mask_ $ do
+endWatch :: Watch -> IO ()
+endWatch w = mask_ $ do
   _ <- removeRegistration (watchManager w) (watchedFd w) (watchSlot w) (watchKey w)
   case watchTarget w of
     PutTokens readable writable -> do

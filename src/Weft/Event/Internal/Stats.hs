@@ -23,7 +23,7 @@ data ManagerStats = ManagerStats
   , statKernelCalls       :: !Int -- ^ calls that changed the kernel's interest set: every @epoll_ctl@ (arms, their retries, watches, forgets); 0 for poll
   , statTimersFired       :: !Int -- ^ timers that expired
   , statPendingTimers     :: !Int -- ^ timers pending now
-  , statWatches           :: !Int -- ^ edge-triggered watches ('watchFd') live now
+  , statWatches           :: !Int -- ^ edge-triggered watches ('watchFdWaits', 'watchFdNotify') live now
   , statSpins             :: !Int -- ^ dry spells the dispatcher spun through (Note [Adaptive spinning])
   , statSpinHits          :: !Int -- ^ of those, spells that events ended while it spun
   , statSpinNanos         :: !Int -- ^ nanoseconds spent spinning

@@ -362,7 +362,7 @@ setUpWaiter s = withMVar (sockLock s) $ \_ -> do
     -- closed, so a closed fd is never watched.
     Unwatched | not closed -> do
       mgr <- getSystemManager
-      watch <- watchFd mgr (socketFd s)
+      watch <- watchFdWaits mgr (socketFd s)
       writeIORef (sockWaiter s) (maybe OneShotWaits Watched watch)
     _ -> return ()
 
@@ -562,7 +562,7 @@ stopUsing s unwatch = uninterruptibleMask_ $ do
     when unwatch $ do
       w <- withMVar (sockLock s) $ \_ -> readIORef (sockWaiter s)
       case w of
-        Watched watch -> unwatchFd watch
+        Watched watch -> endWatch watch
         _ -> return ()
     drain
     -- A request on a ring holds the file: cancel it and wait for its end.

@@ -160,7 +160,7 @@ tableStats Nothing polls = return noRingStats { ringResubmits = polls }
 tableStats (Just t) polls = do
   let r = readCounter (tblCounts t)
   RingStats <$> ((+ polls) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
-            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cInflight
+            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cOnRing
 
 -- | Provided buffers per ring (a power of two; 256 unless a test changed
 -- it), of 'receiveBufferBytes' each: 4 MiB per ring.
@@ -197,10 +197,10 @@ data FdReqs = FdReqs
   , frSend :: !Req
   }
 
--- Counters in 'tblCounts'.
-cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cInflight, nCounts :: Int
+-- Counters in 'tblCounts' (cOnRing: requests submitted and not yet completed).
+cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cOnRing, nCounts :: Int
 cNext = 0; cResubmits = 1; cKept = 2; cNoBuffer = 3; cReceives = 4; cSends = 5; cAccepts = 6
-cInflight = 7; nCounts = 8
+cOnRing = 7; nCounts = 8
 
 -- Note [Reused requests]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -398,7 +398,7 @@ claimAndSubmit t req len op trk = do
       setUnlessSame (reqOp req) op
       setUnlessSame (reqTracker req) trk
       _ <- tryTakeMVar (reqResolved req)
-      _ <- addCounter (tblCounts t) cInflight 1
+      _ <- addCounter (tblCounts t) cOnRing 1
       submit t req
     else when claimed $ writeIORef slot Nothing
   return free
@@ -539,7 +539,7 @@ complete t req out = do
   writeCounter w rwState sResolved
   -- Resolved: the socket's slot is free, and whoever waits for that may go on.
   writeIORef (slotOf req trk) Nothing
-  _ <- addCounter (tblCounts t) cInflight (-1)
+  _ <- addCounter (tblCounts t) cOnRing (-1)
   _ <- tryPutMVar (reqResolved req) ()
   if st == sCancelled
     then giveBack req
