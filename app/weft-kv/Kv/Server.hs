@@ -107,13 +107,10 @@ runServer cfg addr = do
     evict env = do
       conns <- IntMap.elems <$> readIORef (envLive env)
       victim <- Net.chooseVictim (serverEviction cfg) [ (connSocket c, c) | c <- conns ]
-      case victim of
-        Net.CloseFor c -> do
-          forget env c
-          post (envRuntime env) (connColor c) hEvict (closeConn env c) `catch` \RuntimeClosed -> closeConn env c
-          return (Net.CloseFor ())
-        Net.WaitFor ns -> return (Net.WaitFor ns)
-        Net.Refuse -> return Net.Refuse
+      forM_ victim $ \c -> do
+        forget env c
+        post (envRuntime env) (connColor c) hEvict (closeConn env c) `catch` \RuntimeClosed -> closeConn env c
+      return (() <$ victim)
     closeRemaining live = do
       conns <- atomicModifyIORef' live (\m -> (IntMap.empty, IntMap.elems m))
       forM_ conns (Net.close . connSocket)

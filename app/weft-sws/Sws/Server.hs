@@ -405,9 +405,7 @@ acceptConnections srv = do
     chooseVictim = do
       open <- IntMap.elems <$> readIORef (srvOpen srv)
       W.chooseVictim (cfgEviction (srvConfig srv)) [ (connSocket c, c) | c <- open ]
-    evict = chooseVictim >>= \victim -> case victim of
-      W.CloseFor c -> closeFor c
-      _ -> return ()
+    evict = chooseVictim >>= mapM_ closeFor
     closeFor c = do
       post rt (connColor c) hClose (closeConn srv c Abort)
       modifyIORef' (srvEvicted srv) (+ 1)

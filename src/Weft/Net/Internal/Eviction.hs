@@ -1,3 +1,4 @@
+{-# LANGUAGE DeriveTraversable #-}
 -- | Which connection a server closes when it is full (Note [Making room
 -- under fd pressure] in "Weft.Net.Internal.Serve"): the pure choice, from
 -- what each connection is doing. Internal and unstable: import "Weft.Net".
@@ -73,7 +74,7 @@ data Choice a
     -- have been without progress for the grace in this many ns.
   | Refuse
     -- ^ None may be closed: refuse the newcomer.
-  deriving (Eq, Show)
+  deriving (Eq, Show, Functor, Foldable, Traversable)
 
 -- | For a newcomer at the given time, under the policy: close the stalled
 -- connection whose progress is oldest, past the grace; then, if the policy

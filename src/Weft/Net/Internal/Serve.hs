@@ -261,10 +261,8 @@ admitClients maxClients policy refusal clients@(Clients live count) = do
       evict = do
         conns <- IM.elems <$> readIORef live
         victim <- chooseVictim policy [ (c, c) | c <- conns ]
-        case victim of
-          WaitFor ns -> return (WaitFor ns)
-          Refuse -> return Refuse
-          CloseFor c -> removeClient clients c >> close c >> return (CloseFor ())
+        mapM_ (\c -> removeClient clients c >> close c) victim
+        return (() <$ victim)
   newAdmission full evict refusal
 
 -- | How 'acceptAdmitting' admits the connections it accepts.
