@@ -43,11 +43,13 @@ module Weft.Event
     -- * Statistics
   , ManagerStats (..)
   , getManagerStats
+  , RingStats (..)
+  , getRingStats
   ) where
 
 import System.Posix.Types (Fd)
 
-import Weft.Event.Internal.Backend (availableBackendKinds, parseBackendKind)
+import Weft.Event.Internal.Backends (availableBackendKinds, parseBackendKind)
 import Weft.Event.Internal
 import Weft.Event.Internal.Core
 import Weft.Event.Internal.System

@@ -14,7 +14,7 @@ import qualified Weft
 import qualified Weft.Event as E
 import qualified Weft.Timer as T
 import qualified Control.Concurrent as GHC
-import Weft.Event.Internal.Backend (backendKindFromEnv)
+import Weft.Event.Internal.Backends (backendKindFromEnv)
 import Weft.Event.Internal.Wakeup
 import Weft.Internal.Error (hasErrno)
 import Foreign.C.Error (eINVAL)

@@ -135,16 +135,19 @@ serveWeft (Limits idle minReceive maxClients (Admit eviction refusal)) addr read
 -- that show what the dispatchers did, for the benchmarks.
 reportStats :: IO ()
 reportStats = do
-  stats <- mapM E.getManagerStats =<< E.systemManagers
+  mgrs <- E.systemManagers
+  stats <- mapM E.getManagerStats mgrs
+  rings <- mapM E.getRingStats mgrs
   let total f = sum (map f stats)
+      ring f = sum (map (maybe 0 f) rings)
   hPutStrLn stderr $ unwords
     [ "weft-stats", "spins=" ++ show (total E.statSpins), "spin_hits=" ++ show (total E.statSpinHits)
     , "spin_ns=" ++ show (total E.statSpinNanos), "blocking_polls=" ++ show (total E.statBlockingPolls)
     , "polls=" ++ show (total E.statNonBlockingPolls), "events=" ++ show (total E.statEvents)
     , "wakeups=" ++ show (total E.statWakeups)
-    , "ring_receives=" ++ show (total E.statRingReceives), "ring_sends=" ++ show (total E.statRingSends)
-    , "ring_accepts=" ++ show (total E.statRingAccepts), "no_buffer=" ++ show (total E.statReceivesNoBuffer)
-    , "resubmits=" ++ show (total E.statResubmits), "kept=" ++ show (total E.statReceivesKept) ]
+    , "ring_receives=" ++ show (ring E.ringReceives), "ring_sends=" ++ show (ring E.ringSends)
+    , "ring_accepts=" ++ show (ring E.ringAccepts), "no_buffer=" ++ show (ring E.ringReceivesNoBuffer)
+    , "resubmits=" ++ show (ring E.ringResubmits), "kept=" ++ show (ring E.ringReceivesKept) ]
 
 -- | The baseline: @network@'s calls, which wait in GHC's manager.
 serveGhc :: SockAddr -> (SockAddr -> IO ()) -> (Conn -> IO ()) -> IO ()

@@ -12,6 +12,9 @@ module Weft.Event.Internal.Core
   , managerBackendKind
   , shutdownManager
   , wakeManager
+  , managerBlocked
+    -- * Completions
+  , managerCompletions
     -- * Waiting and registering
   , IOCallback
   , FdKey (..)
@@ -41,6 +44,8 @@ module Weft.Event.Internal.Core
     -- * Statistics
   , ManagerStats (..)
   , getManagerStats
+  , RingStats (..)
+  , getRingStats
   ) where
 
 import Weft.Event.Internal.Dispatcher

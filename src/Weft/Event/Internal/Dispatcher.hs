@@ -31,7 +31,7 @@ import GHC.Conc (labelThread)
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Event.Internal.Backend (newBackend)
+import Weft.Event.Internal.Backends (newBackend)
 import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager

@@ -42,6 +42,7 @@ module Weft.Event.Internal.Manager
     -- * Shared operations
   , wakeManager
   , managerBlocked
+  , managerCompletions
   , stopped
   , managerStoppedError
   , runCallbacks
@@ -64,6 +65,7 @@ import System.Posix.Types (Fd (..))
 
 import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
+import Weft.Event.Internal.Completions (Completions)
 import Weft.Event.Internal.Slot
 import Weft.Internal.Counters
 import Weft.Internal.Error (managerShutDown)
@@ -196,6 +198,13 @@ wakeManager mgr = do
       backendWake (mgrBackend mgr)
       void (addCounter c cWakeups 1)
     void (addCounter c cInflight (-1))
+
+-- | The requests the manager's backend performs itself (Note [Two ways to
+-- wait] in "Weft.Event.Internal.Completions"); 'Nothing' for a readiness
+-- backend.
+managerCompletions :: Manager -> Maybe Completions
+managerCompletions = backendCompletions . mgrBackend
+{-# INLINE managerCompletions #-}
 
 -- | Whether the dispatcher is blocked in the kernel now (a moment later
 -- it may not be): what it is not blocked for, it will see at its next poll

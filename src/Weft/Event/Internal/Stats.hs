@@ -3,9 +3,12 @@
 module Weft.Event.Internal.Stats
   ( ManagerStats (..)
   , getManagerStats
+  , RingStats (..)
+  , getRingStats
   ) where
 
 import Weft.Event.Internal
+import Weft.Event.Internal.Completions (Completions (..), RingStats (..))
 import Weft.Event.Internal.Manager
 import Weft.Internal.Counters
 import qualified Weft.Timer.Internal.Wheel as W
@@ -27,13 +30,6 @@ data ManagerStats = ManagerStats
   , statSpins             :: !Int -- ^ dry spells the dispatcher spun through (Note [Adaptive spinning])
   , statSpinHits          :: !Int -- ^ of those, spells that events ended while it spun
   , statSpinNanos         :: !Int -- ^ nanoseconds spent spinning
-  , statResubmits         :: !Int -- ^ requests resubmitted after the OS thread that submitted them exited (uring; Note [Submitting threads])
-  , statReceivesKept      :: !Int -- ^ ring receives cancelled after they had received, whose bytes were kept for the next receive (uring)
-  , statReceivesNoBuffer  :: !Int -- ^ ring receives that found no free buffer and were submitted again (uring)
-  , statRingReceives      :: !Int -- ^ receives the ring performed (uring; "Weft.Net" sockets)
-  , statRingSends         :: !Int -- ^ sends the ring performed (uring; "Weft.Net" sockets)
-  , statRingAccepts       :: !Int -- ^ connections the ring accepted (uring; "Weft.Net" listeners)
-  , statRingInflight      :: !Int -- ^ receives, sends and accepts on the ring now, their completions not yet handled (uring)
   } deriving (Eq, Show)
 
 -- | Read a manager's counters.
@@ -41,10 +37,11 @@ getManagerStats :: Manager -> IO ManagerStats
 getManagerStats mgr = do
   let r = readCounter (mgrCounters mgr)
   pending <- W.size (mgrTimers mgr)
-  ring <- backendRingStats (mgrBackend mgr)
   ManagerStats <$> r cBlockingPolls <*> r cPolls <*> r cEvents <*> r cWakeups
                <*> r cLive <*> r cCallbackErrors <*> r cArms <*> backendKernelCalls (mgrBackend mgr) <*> r cTimersFired
                <*> pure pending <*> r cWatches <*> r cSpins <*> r cSpinHits <*> r cSpinNanos
-               <*> pure (ringResubmits ring) <*> pure (ringReceivesKept ring)
-               <*> pure (ringReceivesNoBuffer ring) <*> pure (ringReceives ring)
-               <*> pure (ringSends ring) <*> pure (ringAccepts ring) <*> pure (ringInflight ring)
+
+-- | Read the counts of a manager's ring: what its completion backend did
+-- that a readiness backend does not ('Nothing' for epoll and poll).
+getRingStats :: Manager -> IO (Maybe RingStats)
+getRingStats mgr = traverse complStats (backendCompletions (mgrBackend mgr))

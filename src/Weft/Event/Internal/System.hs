@@ -28,6 +28,7 @@ module Weft.Event.Internal.System
   , startSystemManagers
   , systemManagers
   , systemBackendKind
+  , systemCompletes
   , setSystemBackend
   , shutdownSystemManagers
   , setNumCapabilities
@@ -39,13 +40,13 @@ import Control.Concurrent.MVar
 import Control.Exception (try)
 import Control.Monad (forM_, unless)
 import Data.IORef
-import Data.Maybe (catMaybes)
+import Data.Maybe (catMaybes, isJust)
 import Data.Primitive.Array
 import qualified GHC.Conc as Conc
 import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Event.Internal.Backend (backendKindFromEnv, defaultBackendKind)
+import Weft.Event.Internal.Backends (backendKindFromEnv, defaultBackendKind)
 import Weft.Event.Internal (BackendKind (..), backendKindName)
 import Weft.Event.Internal.Core
 import Weft.Internal.Error (unsupported)
@@ -128,6 +129,20 @@ startSystemManagers = do
 -- | Every system manager started so far.
 systemManagers :: IO [Manager]
 systemManagers = catMaybes . foldr (:) [] <$> readIORef systemRef
+
+-- | Whether the system managers' backend performs requests itself, or
+-- will once they start (Note [Two ways to wait] in
+-- "Weft.Event.Internal.Completions"): what a socket made now should be
+-- ready for. All system managers share one backend kind.
+systemCompletes :: IO Bool
+systemCompletes = do
+  arr <- readIORef systemRef
+  let running i
+        | i >= sizeofArray arr = Nothing
+        | otherwise = maybe (running (i + 1)) Just (indexArray arr i)
+  case running 0 of
+    Just m -> return (isJust (managerCompletions m))
+    Nothing -> (== UringBackend) <$> systemBackendKind
 
 -- | The backend the system managers use (or will use, once started).
 systemBackendKind :: IO BackendKind

@@ -32,7 +32,7 @@ import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
 import qualified Weft
-import Weft.Event.Internal (Outgoing (..), addressRoom, newAcceptAddress, readyAcceptAddress)
+import Weft.Event.Internal.Completions (Outgoing (..), addressRoom, newAcceptAddress, readyAcceptAddress)
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket
 import qualified Weft.Net.Internal.Socket as S

@@ -13,7 +13,8 @@
 -- Under the poll backend, which has no edge-triggered readiness, waits are
 -- ordinary one-shot waits ('waitOn') on the caller's system manager. Under
 -- the uring backend, a receive that would block is no wait at all: the
--- ring performs it ('receiveOnRing'; Note [Receives on the ring] in
+-- ring performs it ('receiveOnRing'; Note [Two ways to wait] in
+-- "Weft.Event.Internal.Completions", Note [Receives on the ring] in
 -- "Weft.Event.Internal.Backend.Uring.Requests").
 --
 -- Note [Socket close and fd reuse]
@@ -95,12 +96,12 @@ import System.Posix.Types (Fd (..))
 
 import qualified Data.ByteString as B
 
-import Weft.Event.Internal (Completions (..), Inflight (..), Outgoing (..), RingResult (..),
-                            Tracker (..), backendCompletions, evtRead, evtWrite, newTracker)
 import Foreign.ForeignPtr (ForeignPtr)
+import Weft.Event.Internal (evtRead, evtWrite)
+import Weft.Event.Internal.Completions (Completions (..), Inflight (..), Outgoing (..), RingResult (..),
+                                        Tracker (..), newTracker)
 import Weft.Event.Internal.Core
-import Weft.Event.Internal.Manager (managerBlocked, mgrBackend)
-import Weft.Event.Internal.System (getSystemManager, systemManagers)
+import Weft.Event.Internal.System (getSystemManager, systemCompletes, systemManagers)
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
 import Weft.Net.Internal.Eviction (Standing (..))
@@ -115,9 +116,11 @@ data Socket = Socket
   , sockLock   :: !(MVar ())
     -- ^ Serialises setting up the waiter, the idle timer and closing.
   , sockIdle   :: !(IORef (Maybe TimeoutKey))
-  , sockTracker :: !Tracker
-    -- ^ Its receives and sends on a ring (Note [Receives on the ring] and
-    -- Note [Sends on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
+  , sockTracker :: !(Maybe Tracker)
+    -- ^ Its requests on a ring, if it was made while the system managers
+    -- perform completions; 'Nothing' (and no ring check on any call)
+    -- otherwise (Note [Two ways to wait] in
+    -- "Weft.Event.Internal.Completions").
   }
 
 instance Eq Socket where
@@ -148,8 +151,9 @@ newSocket :: CInt -> IO Socket
 newSocket fd = do
   guard' <- newCounters nGuard
   let progress received k = case guard' of Counters a -> c_note_progress a (fromIntegral k) received
-  Socket fd guard' <$> newIORef Unwatched <*> newMVar () <*> newIORef Nothing
-                   <*> newTracker (progress 1) (progress 0)
+  ring <- systemCompletes
+  tracker <- if ring then Just <$> newTracker (progress 1) (progress 0) else return Nothing
+  Socket fd guard' <$> newIORef Unwatched <*> newMVar () <*> newIORef Nothing <*> pure tracker
 
 ------------------------------------------------------------------------------
 -- Guarded syscalls
@@ -219,12 +223,13 @@ takeLeftover s n = takeKept s trkLeftover $ \l -> case l of
 -- flight, is resolved; then take from one of the lists of what cancelled
 -- ones kept, as the function says ('Nothing' if the list is empty).
 takeKept :: Socket -> (Tracker -> IORef [a]) -> ([a] -> ([a], Maybe b)) -> IO (Maybe b)
-takeKept s list split = do
-  let trk = sockTracker s
-  inflight <- readIORef (trkReceiving trk)
-  forM_ inflight (readMVar . inflResolved)
-  kept <- readIORef (list trk)
-  if null kept then return Nothing else atomicModifyIORef' (list trk) split
+takeKept s list split = case sockTracker s of
+  Nothing -> return Nothing
+  Just trk -> do
+    inflight <- readIORef (trkReceiving trk)
+    forM_ inflight (readMVar . inflResolved)
+    kept <- readIORef (list trk)
+    if null kept then return Nothing else atomicModifyIORef' (list trk) split
 {-# INLINE takeKept #-}
 
 -- | Receive at most @n@ bytes through the ring of the caller's manager,
@@ -241,22 +246,25 @@ receiveOnRing s n = withRing "recv" s (\_ -> return True) $ \c open wake fd trk 
   -- says EAGAIN does (Note [What a connection waits for]).
   c_note_wait (guardArr s) 1 >> complRecv c open wake fd n trk
 
--- | Run a request on the ring of the caller's manager, if its backend
--- performs completions and the manager is fit ('Nothing' if not), given
--- how to submit while the socket is open, how to wake the manager, the
--- socket's fd and its tracker; its result as 'ringResult' makes it.
+-- | Run a request on the ring of the caller's manager, if the socket has
+-- a tracker, the manager's backend performs completions and the manager
+-- is fit ('Nothing' if not), given how to submit while the socket is open,
+-- how to wake the manager, the socket's fd and its tracker; its result as
+-- 'ringResult' makes it.
 withRing :: String -> Socket -> (Manager -> IO Bool)
          -> (Completions -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Tracker -> IO (RingResult a))
          -> IO (Maybe a)
-withRing loc s fit request = do
-  mgr <- getSystemManager
-  case backendCompletions (mgrBackend mgr) of
-    Nothing -> return Nothing
-    Just c -> do
-      go <- fit mgr
-      if not go then return Nothing else do
-        let !fd = socketFd s; !trk = sockTracker s
-        request c (whileOpen s) (wakeManager mgr) fd trk >>= ringResult loc s
+withRing loc s fit request = case sockTracker s of
+  Nothing -> return Nothing
+  Just trk -> do
+    mgr <- getSystemManager
+    case managerCompletions mgr of
+      Nothing -> return Nothing
+      Just c -> do
+        go <- fit mgr
+        if not go then return Nothing else do
+          let !fd = socketFd s
+          request c (whileOpen s) (wakeManager mgr) fd trk >>= ringResult loc s
 {-# INLINE withRing #-}
 
 -- | A connection that a listener's accept on a ring, cancelled by an
@@ -302,8 +310,8 @@ whileOpen s act = do
 -- sender was interrupted), is resolved, so that bytes leave in order
 -- (Note [Sends on the ring]). Cheap when there is none: one read.
 settleSend :: Socket -> IO ()
-settleSend s = do
-  inflight <- readIORef (trkSending (sockTracker s))
+settleSend s = forM_ (sockTracker s) $ \trk -> do
+  inflight <- readIORef (trkSending trk)
   forM_ inflight (readMVar . inflResolved)
 {-# INLINE settleSend #-}
 
@@ -565,14 +573,15 @@ stopUsing s unwatch = uninterruptibleMask_ $ do
         Watched watch -> endWatch watch
         _ -> return ()
     drain
-    -- A request on a ring holds the file: cancel it and wait for its end.
-    forM_ [trkReceiving, trkSending] $ \slot -> do
-      inflight <- readIORef (slot (sockTracker s))
-      forM_ inflight $ \i -> inflClose i >> readMVar (inflResolved i)
-    -- Connections a listener's cancelled accepts kept: nobody can accept
-    -- them now (Note [Accepts on the ring]).
-    kept <- atomicModifyIORef' (trkAccepted (sockTracker s)) (\l -> ([], l))
-    forM_ kept $ \(Fd fd, _) -> c_close fd
+    forM_ (sockTracker s) $ \trk -> do
+      -- A request on a ring holds the file: cancel it and wait for its end.
+      forM_ [trkReceiving, trkSending] $ \slot -> do
+        inflight <- readIORef (slot trk)
+        forM_ inflight $ \i -> inflClose i >> readMVar (inflResolved i)
+      -- Connections a listener's cancelled accepts kept: nobody can accept
+      -- them now (Note [Accepts on the ring]).
+      kept <- atomicModifyIORef' (trkAccepted trk) (\l -> ([], l))
+      forM_ kept $ \(Fd fd, _) -> c_close fd
   return first
   where
     g = sockGuard s

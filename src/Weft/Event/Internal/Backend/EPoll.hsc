@@ -97,7 +97,6 @@ newEPollBackend wkind = do
         return ()
     , backendKernelCalls = readCounter calls 0
     , backendCompletions = Nothing
-    , backendRingStats = return noRingStats
     }
 
 -- | See Note [Arming with a known flag]. @ctl op fd flags data@ makes (and

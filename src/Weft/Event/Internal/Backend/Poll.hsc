@@ -64,7 +64,6 @@ newPollBackend wkind = do
     , backendClose = closeWakeup wake
     , backendKernelCalls = return 0
     , backendCompletions = Nothing
-    , backendRingStats = return noRingStats
     }
 
 arm :: PollState -> Fd -> Word32 -> Interest -> Bool -> IO ArmResult

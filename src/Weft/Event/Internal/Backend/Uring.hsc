@@ -140,8 +140,7 @@ newUringBackend = do
     , backendWakeOnArm = True
     , backendClose = mapM_ abandonAll table >> c_close ring
     , backendKernelCalls = fromIntegral <$> c_interest_changes ring
-    , backendCompletions = tableCompletions <$> table
-    , backendRingStats = tableStats table . fromIntegral =<< c_resubmits ring
+    , backendCompletions = Just (tableCompletions table (fromIntegral <$> c_resubmits ring))
     }
 
 

@@ -94,7 +94,6 @@ module Weft.Event.Internal.Backend.Uring.Requests
   , Table
   , newTable
   , tableCompletions
-  , tableStats
   , completed
   , abandonAll
   , setUringReceiveBuffers
@@ -122,7 +121,7 @@ import GHC.STRef (STRef (..))
 import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 
-import Weft.Event.Internal
+import Weft.Event.Internal.Completions
 import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Internal.Counters
 
@@ -150,17 +149,20 @@ newTable ring = do
         wake <- newIORef Nothing
     return (Just t)
 
--- | The requests the ring performs.
-tableCompletions :: Table -> Completions
-tableCompletions t = Completions (submitRecv t) (submitSend t) (submitAccept t)
-
--- | The requests' counts, given the poll requests' resubmissions.
-tableStats :: Maybe Table -> Int -> IO RingStats
-tableStats Nothing polls = return noRingStats { ringResubmits = polls }
-tableStats (Just t) polls = do
+-- | The requests the ring performs, and their counts given how to read the
+-- poll requests' resubmissions. A ring without a table performs none:
+-- every request says 'RingBusy', so the socket uses readiness.
+tableCompletions :: Maybe Table -> IO Int -> Completions
+tableCompletions (Just t) polls = Completions (submitRecv t) (submitSend t) (submitAccept t) $ do
   let r = readCounter (tblCounts t)
-  RingStats <$> ((+ polls) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
+  RingStats <$> ((+) <$> polls <*> r cResubmits) <*> r cKept <*> r cNoBuffer
             <*> r cReceives <*> r cSends <*> r cAccepts <*> r cOnRing
+tableCompletions Nothing polls = Completions
+  { complRecv = \_ _ _ _ _ -> return RingBusy
+  , complSend = \_ _ _ _ _ _ -> return RingBusy
+  , complAccept = \_ _ _ _ _ -> return RingBusy
+  , complStats = (\n -> noRingStats { ringResubmits = n }) <$> polls
+  }
 
 -- | Provided buffers per ring (a power of two; 256 unless a test changed
 -- it), of 'receiveBufferBytes' each: 4 MiB per ring.

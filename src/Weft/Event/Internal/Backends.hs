@@ -3,7 +3,7 @@
 -- (@WEFT_LINUX@, set by weft.cabal); elsewhere, and in the @portable@
 -- build, poll is the only backend.
 -- Internal and unstable: weft's own modules and tests use it.
-module Weft.Event.Internal.Backend
+module Weft.Event.Internal.Backends
   ( BackendKind (..)
   , newBackend
   , defaultBackendKind
