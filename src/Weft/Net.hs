@@ -63,6 +63,7 @@ module Weft.Net
   , ServerConfig (..)
   , defaultServerConfig
   , serve
+  , forkRoundRobin
   , acceptLoop
   , acceptPatiently
     -- * Admitting clients under fd pressure

@@ -203,6 +203,16 @@ spec kind = describe "Weft.Net" $ do
     eventually "server connections closed" ((<= fds0) <$> countFds)
     eventually "watches ended" ((== 0) <$> liveWatches)
 
+  it "places threads forked one after another on every capability in turn (forkRoundRobin)" $ do
+    caps <- getNumCapabilities
+    placed <- forM [1 .. 4 * caps] $ \_ -> do
+      v <- newEmptyMVar
+      _ <- W.forkRoundRobin $ \_ -> putMVar v . fst =<< threadCapability =<< myThreadId
+      takeMVar v
+    -- Consecutive threads never share a capability, and each gets as many.
+    and (zipWith (/=) placed (drop 1 placed)) `shouldBe` (caps > 1)
+    forM_ [0 .. caps - 1] $ \c -> length (filter (== c) placed) `shouldBe` 4
+
   it "serves with one SO_REUSEPORT listener per capability" $
     withWeftServer W.defaultServerConfig { W.serverReusePort = True } echo $ \addr ->
       within 10 "clients" $ forConcurrently_ [1 .. 20 :: Int] $ \i ->

@@ -85,7 +85,6 @@ import Control.Concurrent.Async (race)
 import Control.Exception
 import Control.Monad (void, when)
 import qualified Data.ByteString.Char8 as C
-import Data.IORef
 import Data.Streaming.Network (bindPortTCP)
 import Network.Socket (Socket)
 import qualified Network.Socket as N
@@ -97,7 +96,6 @@ import qualified Network.Wai.Handler.Warp as Warp
 import Network.Wai.Handler.Warp.Internal
   (Connection (..), Settings (..), Transport (TCP))
 import System.Environment (lookupEnv)
-import System.IO.Unsafe (unsafePerformIO)
 
 import Weft.Event (startSystemManagers)
 import qualified Weft.Net as Net
@@ -108,20 +106,7 @@ import Weft.Warp.Internal.Run (runConnections)
 -- round-robin. Use it (rather than warp's) so connections are spread
 -- evenly and stay on their capability.
 defaultSettings :: Settings
-defaultSettings = Warp.defaultSettings { settingsFork = forkRoundRobin }
-
--- | Fork onto the next capability, for good.
-forkRoundRobin :: ((forall a. IO a -> IO a) -> IO ()) -> IO ()
-forkRoundRobin io = do
-  caps <- getNumCapabilities
-  cap <- atomicModifyIORef' nextCapability (\i -> ((i + 1) `rem` caps, i))
-  void (forkOnWithUnmask cap io)
-
--- | The capability the next connection goes to (only accepting threads
--- touch it).
-{-# NOINLINE nextCapability #-}
-nextCapability :: IORef Int
-nextCapability = unsafePerformIO (newIORef 0)
+defaultSettings = Warp.defaultSettings { settingsFork = \io -> void (Net.forkRoundRobin io) }
 
 -- | Run an application on the given port (on all interfaces), with
 -- 'defaultSettings'. Throws an 'IOError' if the port cannot be bound.

@@ -1,4 +1,4 @@
-{-# LANGUAGE BangPatterns, ScopedTypeVariables #-}
+{-# LANGUAGE BangPatterns, RankNTypes, ScopedTypeVariables #-}
 -- | The server loop over "Weft.Net" sockets, and admitting clients: the
 -- client limit, refusals, and closing a stalled or idle connection for a
 -- newcomer ("Weft.Net" is the façade and its documentation).
@@ -20,6 +20,7 @@ import GHC.IO.Exception (IOException (..), IOErrorType (..))
 import Network.Socket (SockAddr (..))
 import System.Environment (lookupEnv)
 import System.IO (hPutStrLn, stderr)
+import System.IO.Unsafe (unsafePerformIO)
 import System.Posix.Types (Fd (..))
 import Foreign.C.Types (CInt (..), CLong (..))
 
@@ -126,12 +127,7 @@ serve cfg addr handler = do
         takeMVar done `finally` mapM_ killThread acceptors
     else bracket (listenWith (serverListen cfg) addr) close $ \l -> do
       serverOnReady cfg =<< localAddress l
-      next <- newIORef (0 :: Int)
-      let roundRobin = do
-            i <- readIORef next
-            writeIORef next ((i + 1) `rem` caps)
-            return i
-      accepting l roundRobin
+      accepting l nextCapability
   where
     spawn clients pick (conn, peer) = do
       cap <- pick
@@ -151,6 +147,28 @@ serve cfg addr handler = do
       when (serverIdleTimeout cfg > 0) $ setIdleTimeout conn (serverIdleTimeout cfg)
     ignore :: SomeException -> IO ()
     ignore _ = return ()
+
+-- | The capability the next connection's thread goes to: all of them in
+-- turn, shared by every server in the process ('serve', "Weft.Warp"), so
+-- that two servers do not both start at capability 0.
+nextCapability :: IO Int
+nextCapability = do
+  caps <- getNumCapabilities
+  atomicModifyIORef' placement (\i -> let i' = if i + 1 >= caps then 0 else i + 1
+                                      in (i', min i (caps - 1)))
+
+{-# NOINLINE placement #-}
+placement :: IORef Int
+placement = unsafePerformIO (newIORef 0)
+
+-- | Fork a connection's thread onto the next capability ('nextCapability'),
+-- for good, with asynchronous exceptions masked and the function that
+-- unmasks them handed over (as 'forkIOWithUnmask'): where 'serve' places
+-- its handlers, for servers that accept connections themselves.
+forkRoundRobin :: ((forall a. IO a -> IO a) -> IO ()) -> IO ThreadId
+forkRoundRobin io = do
+  cap <- nextCapability
+  forkOnWithUnmask cap io
 
 -- Note [Making room under fd pressure]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
