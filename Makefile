@@ -22,7 +22,7 @@ BIN = $(CURDIR)/dist-newstyle/bin
 EXES := weft-test weft-bench weft-simple-server weft-echo weft-echo-nonthreaded weft-pong weft-sws weft-kv \
         weft-fwd weft-pktgen weft-pktcheck weft-warp-test weft-warp-pong
 
-.PHONY: all deps build test bench clean portable sdist-check test-ghcs ghc-build ghc-test bench-ghc910 ghc-bench
+.PHONY: all deps build test bench docs clean portable sdist-check test-ghcs ghc-build ghc-test bench-ghc910 ghc-bench
 
 all: build
 
@@ -76,6 +76,17 @@ portable: deps
 bench: build
 	$(BIN)/weft-bench all
 
+# Haddock for both libraries, offline, in a build directory of its own, so
+# that documenting never touches the binaries `make build` gathers from
+# dist-newstyle. Debian's ghc package ships haddock. The HTML lands in dist-docs/build/*/ghc-*/PACKAGE-*/doc/html/PACKAGE/.
+DOCS := $(CABAL) --builddir=$(CURDIR)/dist-docs
+docs: deps
+	@mkdir -p $(CABAL_HOME)
+	$(DOCS) v2-haddock --offline --haddock-hyperlink-source lib:weft lib:weft-warp
+	@for p in weft weft-warp; do \
+	  find $(CURDIR)/dist-docs -path "*/doc/html/$$p/index.html" -printf "weft: $$p's Haddock: %p\n"; \
+	done
+
 # The other compilers: GHC 9.6 (Debian trixie) and GHC 9.10 (Debian sid),
 # each in a Debian chroot with that release's libraries, made once and
 # cached in $(GHCS_CACHE) (scripts/ghcs). Each builds the whole tree in
@@ -124,4 +135,4 @@ ghc-bench: ghc-build
 	done
 
 clean:
-	rm -rf dist-newstyle dist-portable $(CABAL_HOME) bench-results dist-trixie dist-sid .cabal-home-trixie .cabal-home-sid
+	rm -rf dist-newstyle dist-portable dist-docs $(CABAL_HOME) bench-results dist-trixie dist-sid .cabal-home-trixie .cabal-home-sid

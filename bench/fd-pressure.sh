@@ -1,9 +1,9 @@
 #!/bin/sh
-# The README's fd-pressure tables, for every server: an idle pool against a
-# flood (bench/idle-pool.py, RLIMIT_NOFILE 64) and slowloris at full scale
-# (bench/slowloris.py, RLIMIT_NOFILE 256, idle timeout 3 s, 400 attackers,
-# fresh clients for 17 s). Loopback only; each server is stopped after its
-# run. About 3 minutes.
+# The fd-pressure tables of docs/benchmarks.md, for every server: an idle
+# pool against a flood (bench/idle-pool.py, RLIMIT_NOFILE 64) and
+# slowloris at full scale (bench/slowloris.py, RLIMIT_NOFILE 256, idle
+# timeout 3 s, 400 attackers, fresh clients for 17 s). Loopback only;
+# each server is stopped after its run. About 3 minutes.
 #
 # usage: bench/fd-pressure.sh [BIN_DIR]   (default dist-newstyle/bin)
 set -eu

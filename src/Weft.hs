@@ -4,6 +4,16 @@
 --
 -- Every wait registers with the manager of the capability the calling
 -- thread runs on. The program must use the threaded RTS (@-threaded@).
+--
+-- Code written for "GHC.Conc" and "System.Timeout" keeps its shape; only
+-- the imports change. For example, waiting at most a second for standard
+-- input to have something to read:
+--
+-- > import System.Posix.Types (Fd (..))
+-- > import Weft (threadWaitRead, timeout)
+-- >
+-- > stdinReady :: IO Bool
+-- > stdinReady = maybe False (const True) <$> timeout 1000000 (threadWaitRead (Fd 0))
 module Weft
   ( -- * Waiting on fds
     threadWaitRead

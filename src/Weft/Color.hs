@@ -21,6 +21,24 @@
 --
 -- A handler that throws is reported on stderr and counted
 -- ('csHandlerErrors'); its worker goes on with the next event.
+--
+-- For example, 16 counters, one per color: each is touched only by events
+-- of its color, so plain 'Data.IORef.IORef's are safe although events run
+-- on every core:
+--
+-- > import Control.Monad (forM_)
+-- > import Data.IORef
+-- > import Weft.Color
+-- >
+-- > main :: IO ()
+-- > main = do
+-- >   rt <- newRuntime defaultConfig            -- Mely stealing, one worker per capability
+-- >   counters <- mapM (const (newIORef (0 :: Int))) [0 .. 15 :: Int]
+-- >   let bump = (handler "bump") { handlerCost = 200 }  -- ns, a hint for stealing
+-- >   forM_ [1 .. 1000 :: Int] $ \i ->
+-- >     post rt (i `mod` 16) bump (modifyIORef' (counters !! (i `mod` 16)) (+ i))
+-- >   shutdown rt                               -- runs everything accepted, then stops
+-- >   mapM readIORef counters >>= print
 module Weft.Color
   ( -- * Colors and handlers
     Color

@@ -4,6 +4,22 @@
 -- Callbacks run on the manager's dispatcher thread, one at a time; keep them
 -- short. A callback that throws is reported on stderr and counted, and the
 -- dispatcher carries on.
+--
+-- For example, a one-shot callback on standard input, then the calling
+-- capability's manager's count of delivered events. The callback only
+-- fills an 'Control.Concurrent.MVar.MVar', so the dispatcher is not held up:
+--
+-- > import Control.Concurrent.MVar
+-- > import System.Posix.Types (Fd (..))
+-- > import qualified Weft.Event as E
+-- >
+-- > waitStdin :: IO ()
+-- > waitStdin = do
+-- >   mgr <- E.getSystemManager                -- the calling capability's manager
+-- >   ready <- newEmptyMVar
+-- >   _ <- E.registerFd mgr (\_ _ -> putMVar ready ()) (Fd 0) E.evtRead E.OneShot
+-- >   takeMVar ready
+-- >   E.getManagerStats mgr >>= print . E.statEvents
 module Weft.Event
   ( -- * Managers
     Manager

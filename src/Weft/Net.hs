@@ -13,6 +13,19 @@
 -- @EPIPE@ (also 'ResourceVanished'); a peer's half-close is an end of
 -- stream ('recv' returns an empty string). Calls on a socket closed with
 -- 'close' fail with @EBADF@.
+--
+-- For example, an echo server, one thread per connection:
+--
+-- > import qualified Data.ByteString as B
+-- > import Network.Socket (SockAddr (..))
+-- > import qualified Weft.Net as W
+-- >
+-- > main :: IO ()
+-- > main = W.serve W.defaultServerConfig (SockAddrInet 8080 0) $ \conn _peer ->
+-- >   let loop = do
+-- >         chunk <- W.recv conn 4096          -- waits in weft; empty at end of stream
+-- >         if B.null chunk then return () else W.sendAll conn chunk >> loop
+-- >   in loop
 module Weft.Net
   ( -- * Sockets
     Socket

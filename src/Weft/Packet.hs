@@ -23,6 +23,25 @@
 -- poll while busy and block in weft's I/O manager while idle. Buffers
 -- move between pools and devices under the rule of Note [Batch ownership]
 -- in "Weft.Packet.Internal.Device".
+--
+-- For example, forwarding everything one device receives on queue 0 out of
+-- another's queue 0 (one direction):
+--
+-- > import Weft.Packet
+-- >
+-- > forward :: Device -> Device -> IO ()
+-- > forward a b = do
+-- >   hybrid <- newHybrid defaultHybridConfig
+-- >   bufs <- newBufferArray 32
+-- >   let loop = do
+-- >         n <- receive hybrid a 0 bufs 32        -- polls while busy, blocks in weft while idle
+-- >         sent <- txBatch b 0 bufs n             -- the device owns what it took...
+-- >         freeBatch (rxPool a 0) bufs sent (n - sent)  -- ...the rest is still ours
+-- >         loop
+-- >   loop
+--
+-- with the devices from, e.g., @openDevice \"afpacket:veth0\"@ or
+-- @openDevice \"model:0\"@.
 module Weft.Packet
   ( -- * Opening devices
     openDevice

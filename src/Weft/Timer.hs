@@ -19,6 +19,19 @@
 -- one that throws is reported on stderr and counted
 -- ('Weft.Event.statCallbackErrors'), and the rest still run. A callback
 -- must not block for long: it delays its capability's I/O and timers.
+--
+-- For example, an idle timer that each request pushes back (the
+-- \"tickle\" of an HTTP server). Pushing a deadline later is two array
+-- writes, so it is cheap to do on every request:
+--
+-- > import qualified Weft.Timer as T
+-- >
+-- > -- Run closeIt after 30 s without a tickle; returns (tickle, cancel).
+-- > idleTimer :: IO () -> IO (IO (), IO ())
+-- > idleTimer closeIt = do
+-- >   tm <- T.getSystemTimerManager
+-- >   key <- T.registerTimeout tm 30000000 closeIt
+-- >   return (T.updateTimeout tm key 30000000, T.unregisterTimeout tm key)
 module Weft.Timer
   ( TimerManager
   , getSystemTimerManager

@@ -11,6 +11,17 @@
 --
 -- > import Weft.Warp
 --
+-- A whole program:
+--
+-- > {-# LANGUAGE OverloadedStrings #-}
+-- > import Network.HTTP.Types (status200)
+-- > import Network.Wai (responseLBS)
+-- > import Weft.Warp   -- was: import Network.Wai.Handler.Warp
+-- >
+-- > main :: IO ()
+-- > main = runSettings (setPort 8080 (setTimeout 30 defaultSettings)) $ \_req respond ->
+-- >   respond (responseLBS status200 [] "hello")
+--
 -- This module exports everything "Network.Wai.Handler.Warp" exports (warp
 -- 3.3.21 to 3.4), with the same names and types. Warp parses the requests, runs
 -- the application and writes the responses (HTTP\/1.1 and HTTP\/2) exactly
