@@ -52,4 +52,4 @@ import Weft.Event.Internal.Dispatcher
 import Weft.Event.Internal.Manager
 import Weft.Event.Internal.Registry
 import Weft.Event.Internal.Stats
-import Weft.Event.Internal.Timers
+import Weft.Timer.Internal.ManagerTimers

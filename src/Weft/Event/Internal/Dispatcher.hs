@@ -36,7 +36,7 @@ import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Event.Internal.Registry (endRegistrations, onEvent)
-import Weft.Event.Internal.Timers (abortTimers, pollTimeout, runExpiredTimers)
+import Weft.Timer.Internal.ManagerTimers (abortTimers, pollTimeout, runExpiredTimers)
 import Weft.Event.Internal.Slot
 import Weft.Event.Internal.Spin
 import Weft.Internal.Counters

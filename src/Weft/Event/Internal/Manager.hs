@@ -5,7 +5,7 @@
 -- dispatcher, running guarded callbacks). Internal and unstable; the
 -- parts are "Weft.Event.Internal.Dispatcher" (the loop and the life
 -- cycle), "Weft.Event.Internal.Registry" (fd registrations, waits and
--- watches), "Weft.Event.Internal.Timers" and "Weft.Event.Internal.Stats",
+-- watches), "Weft.Timer.Internal.ManagerTimers" and "Weft.Event.Internal.Stats",
 -- put together by "Weft.Event.Internal.Core".
 --
 -- Note [Dispatcher states]

@@ -102,6 +102,7 @@ import Weft.Event.Internal.Completions (Completions (..), Inflight (..), Outgoin
                                         Tracker (..), newTracker)
 import Weft.Event.Internal.Core
 import Weft.Event.Internal.System (getSystemManager, systemCompletes, systemManagers)
+import qualified Weft.Timer as T
 import Weft.Internal.Counters
 import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
 import Weft.Net.Internal.Eviction (Standing (..))
@@ -442,7 +443,7 @@ setIdleTimeout s us = mask_ $ withMVar (sockLock s) $ \_ -> do
     g = sockGuard s
     period = fromIntegral us * 1000 :: Word64
     armIdle mgr delay = do
-      k <- registerTimeout mgr delay (check mgr)
+      k <- T.registerTimeout mgr delay (check mgr)
       writeIORef (sockIdle s) (Just k)
       -- A close that began meanwhile may have missed this key.
       closed <- isClosed s
@@ -525,7 +526,7 @@ lastProgress s = do
 cancelIdle :: Socket -> IO ()
 cancelIdle s = do
   k <- atomicModifyIORef' (sockIdle s) (\k -> (Nothing, k))
-  mapM_ unregisterTimeout k
+  mapM_ T.cancelTimeout k
 
 ------------------------------------------------------------------------------
 -- Closing

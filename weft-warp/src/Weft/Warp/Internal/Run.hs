@@ -61,7 +61,7 @@ import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import Network.Wai.Handler.Warp.Internal
   (Connection (..), InternalInfo (..), WriteBuffer (..), serveConnection, withII)
 import qualified System.TimeManager as T
-import System.Timeout (timeout)
+import Weft.Timer (timeout)
 #else
 import Network.Wai.Handler.Warp.Internal (runSettingsConnectionMakerSecure)
 #endif

@@ -1,7 +1,7 @@
 -- | A manager's timers: a timing wheel ("Weft.Timer.Internal.Wheel") of callbacks
 -- and sleeps, expired by the dispatcher, which sleeps no longer than the
 -- next deadline. Internal and unstable ("Weft.Timer" is the façade).
-module Weft.Event.Internal.Timers
+module Weft.Timer.Internal.ManagerTimers
   ( registerTimeout
   , updateTimeout
   , unregisterTimeout
