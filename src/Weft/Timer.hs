@@ -182,8 +182,8 @@ timeout n act
 -- absorbed; so an outer limit is never swallowed by an inner one. When the
 -- action was ended by this call's own 'Timeout', that is not such an
 -- exception: an outer 'Timeout' arriving while 'settle' waits for the
--- thrower must still win (it was once dropped there, losing the outer
--- limit when both fired in the same tick).
+-- thrower must still win, or the outer limit is lost when both fire in
+-- the same tick.
 
 -- | Cancel the timer; if it had fired, absorb its exception and rethrow
 -- the first other exception (Note [Settling a timeout]).

@@ -150,7 +150,7 @@ data BackendKind
                   --   "Weft.Event.Internal.Backend.Uring").
   deriving (Eq, Show, Enum, Bounded)
 
--- | The name used by @WEFT_BACKEND@: @"epoll"@ or @"poll"@.
+-- | The name used by @WEFT_BACKEND@: @"epoll"@, @"poll"@ or @"uring"@.
 backendKindName :: BackendKind -> String
 backendKindName EPollBackend = "epoll"
 backendKindName PollBackend = "poll"
@@ -179,7 +179,8 @@ data Backend = Backend
     -- ^ Make a blocked or the next 'backendPoll' return promptly.
   , backendWakeOnArm :: !Bool
     -- ^ Whether an arm made during a blocking poll is only seen after a
-    -- wakeup (poll), or at once (epoll).
+    -- wakeup (poll, and uring, which submits at its next poll), or at once
+    -- (epoll).
   , backendClose :: !(IO ())
     -- ^ Release the backend's fds. No other operation may follow.
   , backendKernelCalls :: !(IO Int)

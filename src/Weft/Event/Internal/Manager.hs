@@ -44,7 +44,6 @@ module Weft.Event.Internal.Manager
   , managerBlocked
   , managerCompletions
   , stopped
-  , managerStoppedError
   , runCallbacks
   , runCallback
   , nextKey
@@ -68,7 +67,6 @@ import Weft.Event.Internal
 import Weft.Event.Internal.Completions (Completions)
 import Weft.Event.Internal.Slot
 import Weft.Internal.Counters
-import Weft.Internal.Error (managerShutDown)
 import qualified Weft.Timer.Internal.Wheel as W
 
 ------------------------------------------------------------------------------
@@ -216,9 +214,6 @@ managerBlocked mgr = (== sBlocking) <$> readCounter (mgrCounters mgr) cState
 stopped :: Manager -> IO Bool
 stopped mgr = (/= 0) <$> readCounter (mgrCounters mgr) cStop
 {-# INLINE stopped #-}
-
-managerStoppedError :: String -> IOError
-managerStoppedError = managerShutDown
 
 -- | Run callbacks, each guarded ('runCallback').
 runCallbacks :: Manager -> [IO ()] -> IO ()

@@ -74,7 +74,7 @@ import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Event.Internal.Slot
 import Weft.Internal.Counters
-import Weft.Internal.Error (invalidArgument)
+import Weft.Internal.Error (invalidArgument, managerShutDown)
 
 ------------------------------------------------------------------------------
 -- Slot locking
@@ -297,7 +297,7 @@ waitOn mgr ev fd = mask_ $ do
       got <- takeMVar cell `onException` cancelWait mgr fd slot key cell
       when (got `eventIs` evtClose) $ do
         halt' <- stopped mgr
-        throwIO (if halt' then managerStoppedError "threadWait" else closedFdError "threadWait")
+        throwIO (if halt' then managerShutDown "threadWait" else closedFdError "threadWait")
 
 -- | Add a registration, whose target @makeTarget@ makes from the slot, its
 -- state and the key, and arm the fd. Runs masked. Throws an 'IOError' if
@@ -312,7 +312,7 @@ register loc mgr fd ev trigger makeTarget = do
   -- Checked under the lock, which 'endRegistrations' takes after the stop
   -- flag is set: a registration is refused, or ended by the shutdown.
   halt <- stopped mgr
-  when halt $ releaseSlot slot >> throwIO (managerStoppedError loc)
+  when halt $ releaseSlot slot >> throwIO (managerShutDown loc)
   (target, extra) <- makeTarget slot st key
   (st1, callbacks, fresh) <- settleSlot mgr fd (Just key) False st [] (addReg (Reg key ev trigger target) st)
   unlockSlot slot st1
@@ -520,7 +520,7 @@ awaitToken w token = do
   when halt $ do
     -- Leave the token for the other waiters, who must fail too.
     _ <- tryPutMVar token ()
-    throwIO (managerStoppedError "await")
+    throwIO (managerShutDown "await")
 {-# INLINE awaitToken #-}
 
 -- | End a watch: take it out of the fd's registrations (the fd is re-armed

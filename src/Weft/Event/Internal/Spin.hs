@@ -14,22 +14,17 @@
 -- itself it is only counted against the server; on a core shared with the
 -- load generator or other processes it is taken from them.
 --
--- Measured here (weft-simple-server, one spell = one dry period):
---
--- * One connection in ping-pong (echo, SimpleServer c=1), -N1 or -N2:
---   spells of 8–10 µs, each ended by the next request. Spinning through
---   them gave 1.3× the requests/s of blocking (and half the round trip),
---   at 1.1× the CPU per request: the core is busy all the time, so CPU
---   per request is the round trip itself.
--- * SimpleServer at -N2, 16 and 64 connections, the client sharing core 1:
---   spells of 21–23 µs. Spinning through them (70–80% ended by an event
---   within the 50 µs window) took 4 µs of spinning per request, 10
---   non-blocking polls per request, and cost 15–25% of the throughput and
---   1.2–1.7× the CPU per request of blocking at once: a blocking poll
---   and its wakeup cost about 5 µs of CPU, far less than a 20 µs spin.
+-- A short spell (one connection in ping-pong: the next request ends it)
+-- is worth spinning through: the round trip shrinks and the CPU per
+-- request barely moves, since the core is busy anyway. A long one (many
+-- connections, the load generator sharing the core) is not: a blocking
+-- poll and its wakeup cost less CPU than spinning through it, and the
+-- spin takes the core from the load. (The spells measured on each side,
+-- and what spinning through them cost: docs/results/spin.txt and
+-- docs/design.md, "Spinning".)
 --
 -- So a spell is worth spinning through only if it is short: at most
--- 'breakEvenNs' (15 µs), between the two. The policy keeps a score of the
+-- 'breakEvenNs' (15 µs), between the two kinds. The policy keeps a score of the
 -- recent spells it spun through: +1 for one that ended within the
 -- break-even, -1 for one that did not, clamped to ±'scoreLimit'. While the
 -- score is positive the window is the cap (@WEFT_SPIN_US@, 50 µs by
@@ -47,8 +42,6 @@
 module Weft.Event.Internal.Spin
   ( SpinPolicy
   , spinAdaptive
-  , spinCap
-  , spinScore
   , spinWindow
   , newSpinPolicy
   , endSpell

@@ -24,6 +24,7 @@ import GHC.Clock (getMonotonicTimeNSec)
 import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Internal.Counters
+import Weft.Internal.Error (managerShutDown)
 import qualified Weft.Timer.Internal.Wheel as W
 
 -- Note [Waking the dispatcher for a timer]
@@ -121,7 +122,7 @@ delayOn mgr us = mask_ $ do
   cell <- newEmptyMVar
   k <- registerTimer mgr us (TimerWake cell)
   expired <- takeMVar cell `onException` unregisterTimeout k
-  unless expired $ throwIO (managerStoppedError "threadDelay")
+  unless expired $ throwIO (managerShutDown "threadDelay")
 
 -- | A 'TVar' that becomes 'True' after at least the given number of
 -- microseconds, and the key that cancels it (the 'TVar' then stays 'False').

@@ -1,6 +1,6 @@
 {-# LANGUAGE BangPatterns #-}
 -- | The portable @poll(2)@ backend: the fallback where epoll is missing, and
--- run by the test suite next to epoll.
+-- run by the test suite next to epoll and io_uring.
 -- Internal and unstable: weft's own modules and tests use it.
 --
 -- Note [Emulated one-shot]

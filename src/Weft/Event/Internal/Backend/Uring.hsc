@@ -18,11 +18,10 @@
 -- blocked. A busy server's arms therefore cost no system call of their
 -- own, where epoll makes one @epoll_ctl@ per arm.
 --
--- (Tried and withdrawn: the arming thread submitting the queue itself
--- while the dispatcher blocks, which saves the dispatcher's wakeup and
--- second block. On @weft-bench wait -N2@ it took 7% off the CPU per wait,
--- but 5 of about 210 runs saw a wait end with the pipe still empty,
--- against none of 97 runs with the wakeup; the cause was not found.)
+-- Only the dispatcher submits the queue it polls with (the arming thread
+-- does not submit for it while it blocks): a wait must never end before
+-- its fd is ready, and that is shown only for this shape (docs/design.md,
+-- "The io_uring backend").
 --
 -- 'backendForget' is the exception: it submits its removal at once,
 -- because a poll request holds a reference to the file, and the close
@@ -39,7 +38,7 @@
 -- weft removed or replaced completes with @-ECANCELED@ too, but no longer
 -- has the fd's armed @user_data@, so a cancelled completion whose request
 -- is still the fd's armed one was the thread's exit: the ring submits it
--- again, unchanged, from the dispatcher (counted as 'backendResubmits'). A
+-- again, unchanged, from the dispatcher (counted as 'ringResubmits'). A
 -- poll request consumes nothing, so a resubmission loses and duplicates
 -- nothing. (Were a re-arm with the same tag to reuse the @user_data@, the
 -- removed request's @-ECANCELED@ would be taken for a thread's exit and

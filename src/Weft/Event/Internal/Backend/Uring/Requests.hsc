@@ -63,11 +63,9 @@
 -- dispatcher is blocked, the ring would cost a wakeup (a write) and a
 -- round trip through the dispatcher before the send, where the socket's
 -- own @send@ costs one call and returns at once; so an idle server's
--- replies go out directly, and a busy one's go in batches. Measured on
--- pong at 400 connections: the receive first on the ring took about 13%
--- less CPU per request than a @recv@ tried first, and cut p99 latency by
--- half; sending first on the ring cost the same CPU as sending directly
--- but 12% more echo round-trip time at one connection, hence the rule.
+-- replies go out directly, and a busy one's go in batches (the
+-- measurements behind both rules: docs/design.md, "The io_uring
+-- backend").
 --
 -- Note [Accepts on the ring]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -208,12 +206,10 @@ cOnRing = 7; nCounts = 8
 -- ~~~~~~~~~~~~~~~~~~~~~~
 -- A request's record, its cells and its state are made once per fd number
 -- and kind (receive or send) on a ring, and reused by every request of
--- that kind on that fd. Made afresh for every request, they were young
--- objects that every minor collection found alive (a busy server has a
--- request in flight on most of its sockets) and copied: on pong at 400
--- connections, 830 bytes copied per request against epoll's 70, and
--- garbage collection took a tenth of the server's CPU. Reused, they live in
--- the old generation, and a request only writes to them.
+-- that kind on that fd. Made afresh for every request, they would be young
+-- objects that every minor collection finds alive (a busy server has a
+-- request in flight on most of its sockets) and copies. Reused, they live
+-- in the old generation, and a request only writes to them.
 --
 -- A request's words say whether it is in use, its id and its state. It is
 -- taken (in use) by a submission, and given back only once its outcome is
@@ -230,9 +226,7 @@ cOnRing = 7; nCounts = 8
 -- their content changes ('setUnlessSame', which keeps the collector's
 -- list of written old objects short), and the closures a request hands to
 -- the guard and to its exception handler hold the request whole
--- ('claimAndSubmit', 'abandon'). Measured on pong at 400 connections:
--- 2.67 KB allocated and 217 bytes copied per request before, 1.85 KB and
--- 108 bytes after (epoll: 1.6 KB and 71 bytes).
+-- ('claimAndSubmit', 'abandon').
 data Req = Req
   { reqWords :: !Counters
     -- ^ 'rwUsed', 'rwId', 'rwState', 'rwLength'.
