@@ -18,6 +18,7 @@ import qualified Test.Uring
 #endif
 import qualified Test.Color
 import qualified Test.ColorQueues
+import qualified Test.Errors
 import qualified Test.FdTable
 import qualified Test.Eviction
 import qualified Test.Lifecycle
@@ -53,6 +54,7 @@ main = do
     Test.ColorQueues.spec
     Test.Color.spec
     Test.Packet.spec
+    Test.Errors.spec
 #ifdef WEFT_LINUX
     Test.AfPacket.spec
     Test.Ixgbe.spec
@@ -70,6 +72,7 @@ main = do
           Test.Servers.spec kind
           Test.Sws.spec
           Test.Color.ioSpec kind
+          Test.Errors.ioSpec kind
 
 -- | Whether the kernel lets this process open a backend of this kind (a
 -- container may refuse io_uring); the suite skips one it refuses, saying so.

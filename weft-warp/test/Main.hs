@@ -15,14 +15,16 @@ import qualified Data.ByteString.Char8 as BC
 import Data.IORef
 import Data.List (isPrefixOf, sort)
 import Data.Maybe (isNothing, mapMaybe)
+import Foreign.C.Error (Errno (..), eINVAL, eNODATA)
 import GHC.Clock (getMonotonicTime)
+import GHC.IO.Exception (IOErrorType (..), IOException (..))
 #if MIN_VERSION_base(4,18,0)
 import GHC.Conc.Sync (ThreadStatus (..), listThreads, threadLabel, threadStatus)
 #endif
 import qualified Network.Socket as N
 import Network.Wai (Application)
 import qualified Network.Wai.Handler.Warp as Warp
-import Network.Wai.Handler.Warp.Internal (warpVersion)
+import Network.Wai.Handler.Warp.Internal (Connection (connSendFile), FileId (..), warpVersion)
 import System.Directory (getTemporaryDirectory, listDirectory, removeFile)
 import System.Environment (setEnv, unsetEnv)
 import System.Exit (ExitCode (..))
@@ -36,7 +38,9 @@ import System.Process (readProcessWithExitCode)
 import Test.Hspec
 
 import qualified Weft.Event as E
+import qualified Weft.Net as Net
 import qualified Weft.Warp as Weft
+import Weft.Warp.Internal.Connection (weftConnection)
 
 import Client
 import TestApp
@@ -310,8 +314,57 @@ dropDate = B.intercalate "\r\n" . filter (not . ("Date:" `B.isPrefixOf`)) . spli
 ------------------------------------------------------------------------------
 -- What only weft promises
 
+-- | The error has this type and errno, and is located in weft.
+weftErrorOf :: IOErrorType -> Errno -> IOException -> Expectation
+weftErrorOf ty (Errno errno) e = do
+  (ioe_type e, ioe_errno e) `shouldBe` (ty, Just errno)
+  ioe_location e `shouldSatisfy` ("weft: " `isPrefixOf`)
+
+-- | A connected pair of weft sockets on loopback: the body gets the
+-- accepted one and its peer; both are closed afterwards.
+withWeftPair :: (Net.Socket -> Net.Socket -> IO a) -> IO a
+withWeftPair body = do
+  l <- Net.listen (N.SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1)))
+  (`finally` Net.close l) $ do
+    addr <- Net.localAddress l
+    peer <- within 5 "connect" (Net.connect addr)
+    (`finally` Net.close peer) $ do
+      (s, _) <- within 5 "accept" (Net.accept l)
+      body s peer `finally` Net.close s
+
+-- | At least n bytes from a weft socket (fewer at end of stream).
+recvAtLeast :: Net.Socket -> Int -> IO B.ByteString
+recvAtLeast s n = go B.empty
+  where
+    go acc
+      | B.length acc >= n = return acc
+      | otherwise = do
+          b <- Net.recv s 4096
+          if B.null b then return acc else go (acc <> b)
+
 weftOnly :: [Int] -> FilePath -> Spec
 weftOnly ghcEpolls path = do
+  describe "errors: IOErrors with the documented type and errno, located \"weft: ...\"" $ do
+    it "runEnv with a PORT that is no number: InvalidArgument, EINVAL, before serving" $
+      (`finally` unsetEnv "PORT") $ do
+        setEnv "PORT" "http"
+        r <- within 5 "runEnv" (try (Weft.runEnv 0 (testApp path)))
+        either (weftErrorOf InvalidArgument eINVAL) (\() -> expectationFailure "runEnv returned") r
+
+    it "a file that ends before the range connSendFile was given: EOF, ENODATA" $ do
+      tmp <- getTemporaryDirectory
+      let short = tmp </> "weft-warp-test-short-file"
+      B.writeFile short "ten bytes!"
+      (`finally` removeFile short) $ withWeftPair $ \s peer -> do
+        conn <- weftConnection Weft.defaultSettings s
+        r <- within 5 "connSendFile" $
+          try (connSendFile conn FileId { fileIdPath = short, fileIdFd = Nothing } 0 100 (return ())
+                            ["HTTP/1.1 200 OK\r\n\r\n"])
+        either (weftErrorOf EOF eNODATA) (\() -> expectationFailure "the short file was sent as whole") r
+        -- What the file had went out before the error.
+        got <- within 5 "the bytes sent" (recvAtLeast peer 29)
+        got `shouldBe` "HTTP/1.1 200 OK\r\n\r\nten bytes!"
+
   it "waits for no connection in GHC's I/O manager (stock warp does)" $ do
     ghcEpolls `shouldSatisfy` (not . null)
     weftEvents0 <- weftEvents

@@ -49,12 +49,16 @@ import Data.Char (toLower)
 import Data.IORef
 import qualified Data.Map.Strict as Map
 import Data.Word (Word8)
+import Foreign.C.Error (eFBIG, eNOTDIR)
+import GHC.IO.Exception (IOErrorType (..))
 import System.IO (hPutStrLn, stderr)
 import System.Posix.ByteString.FilePath (RawFilePath)
 import System.Posix.Directory.ByteString (closeDirStream, openDirStream, readDirStream)
 import System.Posix.Files.ByteString
 import qualified GHC.Foreign as GHC
 import GHC.IO.Encoding (getFileSystemEncoding)
+
+import Weft.Internal.Error (weftError)
 
 ------------------------------------------------------------------------------
 -- Responses
@@ -151,12 +155,13 @@ defaultCacheLimits = CacheLimits (512 * 1024 * 1024) 100000
 -- directory holding @index.html@ is also served at its own path with a
 -- trailing slash (the root at @/@). A file that cannot be read is reported
 -- on stderr and skipped. Throws an 'IOError' if the root is not a readable
--- directory, or if the files exceed the limits.
+-- directory (@ENOTDIR@ if it is something else), or if the files exceed the
+-- limits ('ResourceExhausted', @EFBIG@).
 buildCache :: CacheLimits -> RawFilePath -> IO Cache
 buildCache limits root = do
   rootStatus <- getFileStatus root
   unless (isDirectory rootStatus) $
-    throwIO (userError (C.unpack root ++ " is not a directory"))
+    throwIO (weftError InappropriateType eNOTDIR "buildCache" (C.unpack root ++ " is not a directory"))
   found <- newIORef ([], 0 :: Int, 0 :: Int)
   let walk dir key = do
         names <- listDirectory dir
@@ -172,8 +177,8 @@ buildCache limits root = do
                   (_, files, bytes) <- readIORef found
                   let size = fromIntegral (fileSize s)
                   when (files + 1 > limitFiles limits || bytes + size > limitTotalBytes limits) $
-                    throwIO (userError (C.unpack root ++ " holds more than the cache limits ("
-                                        ++ show limits ++ ")"))
+                    throwIO (weftError ResourceExhausted eFBIG "buildCache"
+                               (C.unpack root ++ " holds more than the cache limits (" ++ show limits ++ ")"))
                   body <- try (readRaw path)
                   case body of
                     Left e -> skip path e

@@ -4,6 +4,7 @@
 -- need are re-exported by the public modules.
 module Weft.Internal.Error
   ( weftError
+  , syscallError
   , invalidArgument
   , unsupported
   , managerShutDown
@@ -20,7 +21,14 @@ import GHC.IO.Exception (IOErrorType (..), IOException (..))
 -- prefixed with @weft: @), with this description.
 weftError :: IOErrorType -> Errno -> String -> String -> IOError
 weftError ty errno loc description =
-  (errnoToIOError ("weft: " ++ loc) errno Nothing Nothing) { ioe_type = ty, ioe_description = description }
+  (syscallError loc errno) { ioe_type = ty, ioe_description = description }
+
+-- | A failed system call, or a failure reported as one: the errno, with
+-- the 'IOErrorType' GHC gives it ('errnoToIOError': @ECONNREFUSED@ is
+-- 'NoSuchThing', @EPIPE@ 'ResourceVanished', @EBADF@ 'InvalidArgument',
+-- ...) and the errno's text as the description.
+syscallError :: String -> Errno -> IOError
+syscallError loc errno = errnoToIOError ("weft: " ++ loc) errno Nothing Nothing
 
 -- | A bad argument or configuration ('InvalidArgument', @EINVAL@).
 invalidArgument :: String -> String -> IOError

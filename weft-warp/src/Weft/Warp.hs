@@ -109,6 +109,7 @@ import Network.Wai.Handler.Warp.Internal
 import System.Environment (lookupEnv)
 
 import Weft.Event (startSystemManagers)
+import Weft.Internal.Error (invalidArgument)
 import qualified Weft.Net as Net
 import Weft.Warp.Internal.Connection (weftConnection)
 import Weft.Warp.Internal.Run (runConnections)
@@ -126,7 +127,8 @@ run port = runSettings (setPort port defaultSettings)
 
 -- | Run an application on the port in the @PORT@ environment variable, or
 -- on the given port if it is not set; with 'defaultSettings'. Throws an
--- 'IOError' ('userError') if @PORT@ is not a number.
+-- 'InvalidArgument' 'IOError' (@EINVAL@) if @PORT@ is not a number, before
+-- serving anything.
 runEnv :: Port -> Application -> IO ()
 runEnv port app = do
   var <- lookupEnv "PORT"
@@ -134,7 +136,7 @@ runEnv port app = do
     Nothing -> run port app
     Just text -> case reads text of
       ((p, "") : _) -> run p app
-      _ -> ioError (userError ("Weft.Warp.runEnv: invalid value in $PORT: " ++ text))
+      _ -> ioError (invalidArgument "runEnv" ("invalid value in $PORT: " ++ text))
 
 -- | Run an application with the given settings: bind the settings' host
 -- and port (as warp does, with @SO_REUSEADDR@), then 'runSettingsSocket'.

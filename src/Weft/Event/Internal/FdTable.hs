@@ -63,7 +63,7 @@ lookupOrCreate t i = do
   case found of
     Just a -> return a
     Nothing
-      | i < 0 -> ioError (weftError InvalidArgument eBADF "FdTable" ("invalid fd " ++ show i))
+      | i < 0 -> ioError (weftError InvalidArgument eBADF "lookupOrCreate" ("invalid fd " ++ show i))
       | otherwise -> withMVar (ftLock t) $ \_ -> do
           arr0 <- readIORef (ftSlots t)
           arr <- if i < sizeofMutableArray arr0 then return arr0 else do

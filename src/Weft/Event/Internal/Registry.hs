@@ -66,7 +66,8 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import Data.Word (Word32)
-import Foreign.C.Error (Errno, eBADF, ePERM, errnoToIOError)
+import Foreign.C.Error (Errno, eBADF, ePERM)
+import GHC.IO.Exception (IOException (..))
 import System.Posix.Types (Fd (..))
 
 import qualified Weft.Event.Internal.FdTable as FT
@@ -74,7 +75,7 @@ import Weft.Event.Internal
 import Weft.Event.Internal.Manager
 import Weft.Event.Internal.Slot
 import Weft.Internal.Counters
-import Weft.Internal.Error (invalidArgument, managerShutDown)
+import Weft.Internal.Error (invalidArgument, managerShutDown, syscallError)
 
 ------------------------------------------------------------------------------
 -- Slot locking
@@ -278,7 +279,15 @@ adjustLive mgr before after = do
 
 -- | The 'IOError' a waiter gets when its fd is closed under it.
 closedFdError :: String -> IOError
-closedFdError loc = errnoToIOError loc eBADF Nothing Nothing
+closedFdError loc = syscallError loc eBADF
+
+-- | The 'IOError' for an fd the backend refused to watch, with its errno.
+refusedFdError :: String -> Fd -> Errno -> IOError
+refusedFdError loc fd err = (syscallError loc err) { ioe_filename = Just (show fd) }
+
+-- | The 'IOError' for a regular file, which epoll cannot watch (@EPERM@).
+regularFileError :: String -> Fd -> IOError
+regularFileError loc fd = (refusedFdError loc fd ePERM) { ioe_description = "a regular file cannot be watched" }
 
 -- | Block until the fd is ready for one of the events, on this manager.
 -- Throws an 'IOError' (@EBADF@) if the fd is closed with 'closeFdOn' or
@@ -292,7 +301,7 @@ waitOn mgr ev fd = mask_ $ do
     return (WakeCell cell, cell)
   case fresh of
     FreshReady -> return ()
-    FreshFailed err -> throwIO (errnoToIOError "threadWait" err Nothing (Just (show fd)))
+    FreshFailed err -> throwIO (refusedFdError "threadWait" fd err)
     FreshArmed -> do
       got <- takeMVar cell `onException` cancelWait mgr fd slot key cell
       when (got `eventIs` evtClose) $ do
@@ -374,9 +383,8 @@ registerFd mgr cb fd ev lifetime = mask_ $ do
     return (RunCallback (cb (FdKey fd key)), ())
   case fresh of
     FreshArmed -> return (FdKey fd key)
-    FreshReady -> throwIO (errnoToIOError "registerFd (a regular file cannot be watched)"
-                             ePERM Nothing (Just (show fd)))
-    FreshFailed err -> throwIO (errnoToIOError "registerFd" err Nothing (Just (show fd)))
+    FreshReady -> throwIO (regularFileError "registerFd" fd)
+    FreshFailed err -> throwIO (refusedFdError "registerFd" fd err)
 
 -- | Cancel a registration. Does nothing if it already fired or was cancelled.
 unregisterFd :: Manager -> FdKey -> IO ()
@@ -487,9 +495,8 @@ newWatch mgr fd makeTarget
         return (t, t)
       case fresh of
         FreshArmed -> return (Just (Watch key fd slot target mgr))
-        FreshReady -> throwIO (errnoToIOError "watchFd (a regular file cannot be watched)"
-                                 ePERM Nothing (Just (show fd)))
-        FreshFailed err -> throwIO (errnoToIOError "watchFd" err Nothing (Just (show fd)))
+        FreshReady -> throwIO (regularFileError "watchFd" fd)
+        FreshFailed err -> throwIO (refusedFdError "watchFd" fd err)
 
 -- | Block until the watched fd may have become readable since the last
 -- 'awaitReadable' returned, or the watch ended: then retry the syscall that

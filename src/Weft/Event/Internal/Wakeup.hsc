@@ -23,13 +23,15 @@ module Weft.Event.Internal.Wakeup
 
 import Control.Monad (when, void)
 import Data.Word (Word64, Word8)
-import Foreign.C.Error (Errno (..), eAGAIN, eINTR, errnoToIOError, getErrno, throwErrno)
+import Foreign.C.Error (Errno (..), eAGAIN, eINTR, getErrno)
 import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Marshal.Alloc (allocaBytes, alloca)
 import Foreign.Marshal.Array (allocaArray, peekArray)
 import Foreign.Ptr (Ptr, castPtr)
 import Foreign.Storable (poke)
 import System.Posix.Types (CSsize (..), Fd (..))
+
+import Weft.Internal.Error (syscallError)
 
 -- | Which kernel object carries the wakeups.
 data WakeupKind = EventFdWakeup | PipeWakeup
@@ -47,7 +49,7 @@ data Wakeup = Wakeup
 newWakeup :: WakeupKind -> IO Wakeup
 newWakeup kind = allocaArray 2 $ \fds -> do
   r <- c_weft_wakeup_open fds (if kind == EventFdWakeup then 1 else 0)
-  when (r < 0) $ ioError (errnoToIOError "weft: newWakeup" (Errno (negate r)) Nothing Nothing)
+  when (r < 0) $ ioError (syscallError "newWakeup" (Errno (negate r)))
   [rd, wr] <- peekArray 2 fds
   return (Wakeup (if r == 1 then EventFdWakeup else PipeWakeup) (Fd rd) (Fd wr))
 
@@ -67,7 +69,7 @@ signalWakeup w = case wakeupKind w of
         err <- getErrno
         if err == eINTR then retryEINTR act
         else if err == eAGAIN then return ()
-        else throwErrno "weft: wakeup write"
+        else ioError (syscallError "signalWakeup" err)
 
 -- | Consume every pending signal with one read (eventfd) or until empty (pipe).
 drainWakeup :: Wakeup -> IO ()

@@ -542,12 +542,13 @@ recvFromMany s count0 size
 
 -- | Hand the socket to @network@: weft stops using it (its calls on it fail
 -- as after 'close') and the returned 'N.Socket' owns the fd. Throws an
--- 'IOError' if the socket was closed.
+-- 'IOError' (@EBADF@, as every call on a closed socket) if the socket was
+-- closed.
 toNetworkSocket :: Socket -> IO N.Socket
 toNetworkSocket s = do
   fd <- detach s
   case fd of
-    Nothing -> throwIO (invalid "toNetworkSocket" "the socket is closed")
+    Nothing -> throwIO (closedSocketError "toNetworkSocket")
     Just raw -> N.mkSocket raw
 
 -- | Take a socket over from @network@, which gives it up (the 'N.Socket'

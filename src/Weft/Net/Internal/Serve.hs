@@ -26,6 +26,7 @@ import Foreign.C.Types (CInt (..), CLong (..))
 
 import qualified Weft
 import Weft.Event.Internal.System (startSystemManagers)
+import Weft.Internal.Error (invalidArgument)
 import Weft.Net.Internal.Eviction
 import Weft.Net.Internal.Socket
 
@@ -233,8 +234,8 @@ evictionSetting def = do
   case env of
     Nothing -> return def
     Just "" -> return def
-    Just name -> maybe (ioError (IOError Nothing InvalidArgument "weft: evictionSetting"
-                                   ("WEFT_EVICTION=" ++ name ++ " names no eviction policy") Nothing Nothing))
+    Just name -> maybe (ioError (invalidArgument "evictionSetting"
+                                   ("WEFT_EVICTION=" ++ name ++ " names no eviction policy")))
                        return (parseEviction name)
 
 -- | The connections a server serves, by fd number, and how many: what

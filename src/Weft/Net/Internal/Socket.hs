@@ -55,6 +55,7 @@ module Weft.Net.Internal.Socket
   , waitReady
   , retryOrThrow
   , socketError
+  , closedSocketError
   , errnoLong
   , isIdleTimeoutError
     -- * Idle timeouts
@@ -104,7 +105,7 @@ import Weft.Event.Internal.Core
 import Weft.Event.Internal.System (getSystemManager, systemCompletes, systemManagers)
 import qualified Weft.Timer as T
 import Weft.Internal.Counters
-import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, weftError)
+import Weft.Internal.Error (idleTimedOut, isIdleTimeoutError, syscallError, weftError)
 import Weft.Net.Internal.Eviction (Standing (..))
 
 -- | A socket owned by weft: TCP or UDP, always non-blocking. Use it from
@@ -399,8 +400,13 @@ socketError loc s r = do
   throwIO $ if timedOut
     then idleTimedOut loc
     else if closed && errno == eBADF
-      then weftError InvalidArgument eBADF loc "socket is closed"
-      else errnoToIOError ("weft: " ++ loc) errno Nothing Nothing
+      then closedSocketError loc
+      else syscallError loc errno
+
+-- | The 'IOError' of a call on a socket closed with 'close' (or handed
+-- over with 'detach'): @EBADF@, as the kernel would say.
+closedSocketError :: String -> IOError
+closedSocketError loc = weftError InvalidArgument eBADF loc "socket is closed"
 
 ------------------------------------------------------------------------------
 -- Idle timeouts
@@ -602,7 +608,7 @@ stopUsing s unwatch = uninterruptibleMask_ $ do
 throwIfNegative :: String -> IO CLong -> IO CLong
 throwIfNegative loc act = do
   r <- act
-  if r < 0 then throwIO (errnoToIOError ("weft: " ++ loc) (Errno (fromIntegral (negate r))) Nothing Nothing)
+  if r < 0 then throwIO (syscallError loc (Errno (fromIntegral (negate r))))
     else return r
 
 ------------------------------------------------------------------------------

@@ -164,14 +164,14 @@ openIxgbe cfg name win = do
   spares <- newBufferArray 256
   lastPool <- newIORef pool
   closed <- newIORef False
-  let queue0 what q = when (q /= 0) $
-        ioError (invalidArgument "Weft.Packet.Internal.Ixgbe" (name ++ " has one " ++ what ++ " queue, not queue " ++ show q))
+  let queue0 call what q = when (q /= 0) $
+        ioError (invalidArgument call (name ++ " has one " ++ what ++ " queue, not queue " ++ show q))
   pure Device
     { deviceName = name
     , rxQueueCount = 1
     , txQueueCount = 1
-    , rxBatch = \q arr k -> queue0 "receive" q >> receiveBatch name win pool spares rx arr k
-    , txBatch = \q arr k -> queue0 "transmit" q >> transmitBatch name win lastPool tx arr k
+    , rxBatch = \q arr k -> queue0 "rxBatch" "receive" q >> receiveBatch name win pool spares rx arr k
+    , txBatch = \q arr k -> queue0 "txBatch" "transmit" q >> transmitBatch name win lastPool tx arr k
     , rxPool = const pool
     , waitRx = \_ -> Weft.threadDelay 100
     , readStats = readTotals win totals

@@ -69,7 +69,7 @@ import Data.IORef
 import qualified Data.IntMap.Strict as IM
 import Data.Primitive.PrimArray
 import Data.Word (Word32, Word64, Word8)
-import Foreign.C.Error (throwErrnoIfNull)
+import Foreign.C.Error (getErrno)
 import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Marshal.Alloc (alloca)
 import Foreign.Ptr
@@ -77,7 +77,7 @@ import Foreign.Storable
 import GHC.Exts (RealWorld)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Internal.Error (invalidArgument)
+import Weft.Internal.Error (invalidArgument, syscallError)
 
 -- Note [One owner per pool]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -215,8 +215,7 @@ newMemPool cfg = do
   when (n < 1) $ ioError (invalidArgument "newMemPool" "poolSize must be at least 1")
   huge <- if poolHuge cfg then hugePagesConfigured else pure False
   (base, backing) <- alloca $ \pb -> do
-    p <- throwErrnoIfNull "Weft.Packet.Internal.MemPool.newMemPool (mmap)" $
-           c_weft_pkt_map (fromIntegral (n * bufferSize)) (if huge then 1 else 0) pb
+    p <- mapMemory "newMemPool" (fromIntegral (n * bufferSize)) huge pb
     b <- peek pb
     pure (castPtr p, toBacking b)
   pid <- atomicModifyIORef' nextPoolId (\i -> (i + 1, i))
@@ -474,9 +473,15 @@ data DmaMemory = DmaMemory
 newDmaMemory :: Int -> IO DmaMemory
 newDmaMemory n = alloca $ \pb -> do
   huge <- hugePagesConfigured
-  p <- throwErrnoIfNull "Weft.Packet.Internal.MemPool.newDmaMemory (mmap)" $
-         c_weft_pkt_map (fromIntegral n) (if huge then 1 else 0) pb
+  p <- mapMemory "newDmaMemory" (fromIntegral n) huge pb
   DmaMemory (castPtr p) n <$> peek pb
+
+-- | Maps memory (huge pages if asked and available), writing how it is
+-- backed; an 'IOError' with @mmap@'s errno if nothing can be mapped.
+mapMemory :: String -> CSize -> Bool -> Ptr CInt -> IO (Ptr ())
+mapMemory loc len huge backing = do
+  p <- c_weft_pkt_map len (if huge then 1 else 0) backing
+  if p /= nullPtr then pure p else getErrno >>= ioError . syscallError loc
 
 -- | Unmaps DMA memory.
 freeDmaMemory :: DmaMemory -> IO ()

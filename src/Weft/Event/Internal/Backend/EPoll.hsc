@@ -26,7 +26,7 @@ import Control.Monad (when)
 import Data.Bits ((.&.), (.|.), shiftL, shiftR)
 import Data.Int (Int64)
 import Data.Word (Word32, Word64)
-import Foreign.C.Error (Errno (..), eNOENT, eEXIST, ePERM, eINTR, errnoToIOError, getErrno, throwErrnoIfMinus1)
+import Foreign.C.Error (Errno (..), eNOENT, eEXIST, ePERM, eINTR, getErrno)
 import Foreign.C.Types (CInt (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Ptr (Ptr, plusPtr)
@@ -36,6 +36,7 @@ import System.Posix.Types (Fd (..))
 import Weft.Event.Internal
 import Weft.Event.Internal.Wakeup
 import Weft.Internal.Counters (addCounter, newCounters, readCounter)
+import Weft.Internal.Error (syscallError)
 
 #include <sys/epoll.h>
 
@@ -47,7 +48,8 @@ eventBufferSize = 256
 -- if the fds cannot be had.
 newEPollBackend :: WakeupKind -> IO Backend
 newEPollBackend wkind = do
-  epfd <- throwErrnoIfMinus1 "weft: epoll_create1" (c_epoll_create1 #{const EPOLL_CLOEXEC})
+  epfd <- c_epoll_create1 #{const EPOLL_CLOEXEC}
+  when (epfd == -1) $ getErrno >>= ioError . syscallError "epoll_create1"
   wake <- newWakeup wkind
   let wakeData = wakeupData (wakeupReadFd wake)
   -- Every epoll_ctl goes through 'ctl', which counts it.
@@ -56,7 +58,7 @@ newEPollBackend wkind = do
         _ <- addCounter calls 0 1
         c_weft_epoll_ctl epfd op fd flags dat
   r <- ctl #{const EPOLL_CTL_ADD} (wakeupReadFd wake) #{const EPOLLIN} wakeData
-  when (r /= 0) $ ioError (errnoToIOError "weft: newEPollBackend (epoll_ctl)" (Errno (negate r)) Nothing Nothing)
+  when (r /= 0) $ ioError (syscallError "newEPollBackend (epoll_ctl)" (Errno (negate r)))
   buf <- mallocForeignPtrBytes (eventBufferSize * #{size struct epoll_event})
   let poll :: PollTimeout -> EventHandler -> IO Int
       poll timeout handler = withForeignPtr buf $ \p -> do
@@ -67,7 +69,7 @@ newEPollBackend wkind = do
         if n < 0
           then do err <- getErrno
                   if err == eINTR then return 0
-                    else ioError (errnoToIOError "weft: epoll_wait" err Nothing Nothing)
+                    else ioError (syscallError "epoll_wait" err)
           else dispatch p (fromIntegral n) 0 0
         where
           dispatch :: Ptr () -> Int -> Int -> Int -> IO Int

@@ -24,7 +24,7 @@ import Data.IORef
 import qualified Data.IntMap.Strict as IM
 import Data.Int (Int64)
 import Data.Word (Word32)
-import Foreign.C.Error (eINTR, getErrno, throwErrno)
+import Foreign.C.Error (eINTR, getErrno)
 import Foreign.C.Types (CInt (..), CShort (..), CULong (..))
 import Foreign.Marshal.Alloc (allocaBytes)
 import Foreign.Ptr (Ptr, plusPtr)
@@ -33,6 +33,7 @@ import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
 import Weft.Event.Internal.Wakeup
+import Weft.Internal.Error (syscallError)
 
 #include <poll.h>
 #include <fcntl.h>
@@ -100,7 +101,7 @@ pollOnce st wake timeout handler = do
       WaitForever  -> c_poll_ns arr (fromIntegral n) (-1)
     if r < 0
       then do err <- getErrno
-              if err == eINTR then return 0 else throwErrno "weft: poll"
+              if err == eINTR then return 0 else ioError (syscallError "poll" err)
       else do
         wakeRevents <- revents arr 0
         when (wakeRevents /= 0) (drainWakeup wake)

@@ -64,7 +64,7 @@ import Control.Monad (forM_)
 import Data.Bits (testBit, (.&.), (.|.))
 import Data.Int (Int32, Int64)
 import Data.Word (Word32)
-import Foreign.C.Error (Errno (..), eOK, errnoToIOError)
+import Foreign.C.Error (Errno (..), eOK)
 import Foreign.C.Types (CInt (..), CLong (..), CUInt (..))
 import Foreign.ForeignPtr (mallocForeignPtrBytes, withForeignPtr)
 import Foreign.Marshal.Alloc (alloca)
@@ -74,6 +74,7 @@ import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
 import Weft.Event.Internal.Backend.Uring.Requests
+import Weft.Internal.Error (syscallError)
 
 #define _GNU_SOURCE
 #include <poll.h>
@@ -99,7 +100,7 @@ newUringBackend = do
     r <- c_open ringEntries errp
     if r /= nullPtr then return r else do
       err <- peek errp
-      ioError (errnoToIOError "weft: io_uring_setup" (Errno err) Nothing Nothing)
+      ioError (syscallError "io_uring_setup" (Errno err))
   buf <- mallocForeignPtrBytes (eventBufferSize * eventSize)
   table <- newTable ring
   let poll :: PollTimeout -> EventHandler -> IO Int
@@ -109,7 +110,7 @@ newUringBackend = do
           WaitNanos t -> c_poll_safe ring p (fromIntegral eventBufferSize) (fromIntegral (max 1 t))
           WaitForever -> c_poll_safe ring p (fromIntegral eventBufferSize) (-1)
         if n < 0
-          then ioError (errnoToIOError "weft: io_uring_enter" (Errno (negate n)) Nothing Nothing)
+          then ioError (syscallError "io_uring_enter" (Errno (negate n)))
           else dispatch p (fromIntegral n) 0
         where
           dispatch :: Ptr () -> Int -> Int -> IO Int

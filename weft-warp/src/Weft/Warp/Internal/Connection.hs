@@ -15,6 +15,7 @@ import Control.Monad (unless, when)
 import qualified Data.ByteString as B
 import Data.IORef
 import Data.Int (Int64)
+import Foreign.C.Error (eNODATA)
 import Foreign.Ptr (plusPtr)
 import GHC.IO.Exception (IOErrorType (..), IOException (..))
 import Network.Wai.Handler.Warp (InvalidRequest (ConnectionClosedByPeer))
@@ -32,6 +33,7 @@ import System.Posix.Types (Fd)
 import System.IO.Unsafe (unsafeInterleaveIO)
 #endif
 
+import Weft.Internal.Error (weftError)
 import Weft.Net (Socket)
 import qualified Weft.Net as Net
 
@@ -117,9 +119,10 @@ peerGone act = act `catch` \e ->
 -- MSG_MORE so that it leaves in the same segment as the file's first bytes;
 -- then sendfile(2) runs from the range's start, each call waiting in weft
 -- while the socket's buffer is full, with the hook after each call. A file
--- that ends before the range does is an 'EOF' error: the response is cut
--- short, and warp closes the connection. An empty range sends the header
--- alone, without the flag, so nothing is held back.
+-- that ends before the range does is an 'EOF' error (@ENODATA@, for code
+-- that tests the errno): the response is cut short, and warp closes the
+-- connection. An empty range sends the header alone, without the flag, so
+-- nothing is held back.
 
 sendFileWith :: Socket -> FileId -> Integer -> Integer -> IO () -> [B.ByteString] -> IO ()
 sendFileWith s fid offset count hook headers
@@ -139,5 +142,5 @@ sendFileWith s fid offset count hook headers
       loop fd (off + sent) (left - sent)
 
 shortFile :: FilePath -> IOException
-shortFile path = IOError Nothing EOF "weft-warp: sendfile" "the file ended before the range did"
-                         Nothing (Just path)
+shortFile path = (weftError EOF eNODATA "connSendFile" "the file ended before the range did")
+                  { ioe_filename = Just path }
