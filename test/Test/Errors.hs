@@ -32,7 +32,7 @@ import Test.Net (connectClient, withPair)
 import qualified Weft
 import qualified Weft.Color as C
 import qualified Weft.Event as E
-import Weft.Event.Internal.Backend (backendKindFromEnv)
+import Weft.Event.Internal.Backends (backendKindFromEnv)
 #ifdef WEFT_LINUX
 import Weft.Event.Internal.Backend.Uring (setUringSetupFailure)
 #endif

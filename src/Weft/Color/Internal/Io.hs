@@ -109,8 +109,11 @@ stOver = 3
 -- body is posted once as an event of color @c@ (possibly at once: a rearm
 -- does not know whether the fd became ready meanwhile, so the body must
 -- cope with a read that says @EAGAIN@). Call 'unwatchFd' before closing
--- the fd. Throws an 'IOError' if the fd cannot be watched (closed, a
--- regular file, or already watched by weft's socket layer).
+-- the fd. Throws an 'IOError' if the fd cannot be watched: closed
+-- (@EBADF@), or a regular file (@EPERM@). Under the poll backend, which
+-- checks an fd only when it polls, the first 'rearmRead' or 'rearmWrite'
+-- fails instead. An fd that weft's socket layer also watches can be
+-- watched here too: both share the fd's one registration.
 watchFd :: Runtime -> Fd -> Color -> (Handler, IO ()) -> (Handler, IO ()) -> IO FdWatch
 watchFd rt fd c onRead onWrite = do
   states <- newCounters 2
