@@ -174,6 +174,7 @@ connect addr = do
 recv :: Socket -> Int -> IO B.ByteString
 recv s n
   | n <= 0 = throwIO (invalid "recv" "the byte count must be positive")
+  | not (mayUseRing s) = if n > scratchBytes then BI.createAndTrim n (\p -> recvBuf s p n) else loop
   | otherwise = takeLeftover s n >>= maybe fresh return
   where
     fresh | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
@@ -202,7 +203,9 @@ recv s n
 -- | 'recv' into a buffer: the number of bytes received (0 at end of
 -- stream).
 recvBuf :: Socket -> Ptr Word8 -> Int -> IO Int
-recvBuf s p n = takeLeftover s n >>= maybe fresh copyIn
+recvBuf s p n
+  | not (mayUseRing s) = loop
+  | otherwise = takeLeftover s n >>= maybe fresh copyIn
   where
     fresh = receiveOnRing s n >>= maybe loop (ringBytes s copyIn)
     loop = do
@@ -280,13 +283,13 @@ sendString s (BI.PS fp off n) = withForeignPtr fp $ \p -> sendBuf s (p `plusPtr`
 -- went.
 sending :: String -> Socket -> Outgoing -> IO CLong -> IO Int
 sending loc s out call
-  | hasBytes out = sendOnRing False loc s out >>= maybe loop return
+  | mayUseRing s && hasBytes out = sendOnRing False loc s out >>= maybe loop return
   | otherwise = loop
   where
     loop = do
       r <- call
       if r >= 0 then return (fromIntegral r)
-      else if r == negate (errnoLong eAGAIN) && hasBytes out
+      else if r == negate (errnoLong eAGAIN) && mayUseRing s && hasBytes out
         then sendOnRing True loc s out >>= maybe (waitReady Writing s >> loop) return
       else retryOrThrow loc Writing s r loop
     hasBytes (OutBytes b) = not (B.null b)

@@ -45,6 +45,7 @@ module Weft.Net.Internal.Socket
   , recvFromRaw
   , recvManyRaw
     -- * Receiving on a ring
+  , mayUseRing
   , takeLeftover
   , receiveOnRing
   , sendOnRing
@@ -207,6 +208,16 @@ recvManyRaw s bufs size count =
 
 ------------------------------------------------------------------------------
 -- Receiving on a ring
+
+-- | Whether the socket was made ready for a completion backend (Note [Two
+-- ways to wait] in "Weft.Event.Internal.Completions"). 'False': every call
+-- on it takes the readiness path, and none of the ring functions below
+-- needs to be asked.
+mayUseRing :: Socket -> Bool
+mayUseRing s = case sockTracker s of
+  Just _ -> True
+  Nothing -> False
+{-# INLINE mayUseRing #-}
 
 -- | What a receive must return before it receives anything itself: bytes
 -- (at most @n@) that a ring receive cancelled by an asynchronous exception
