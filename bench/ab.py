@@ -13,8 +13,9 @@ min-max of the per-round ratios. Cells (default: all):
 
   simple-c16 simple-c400          weft-simple-server -N1, weft-loadgen
   simple-uring-c16 simple-uring-c400   the same on io_uring
-  echo                            weft-echo -N1, one connection, 8-byte ping-pong
+  echo echo-uring                 weft-echo -N1, one connection, 8-byte ping-pong (epoll, io_uring)
   pong-c16 pong-c400              weft-pong -N1, wrk
+  pong-uring-c16 pong-uring-c400  the same on io_uring
   warp-c16 warp-c400              weft-warp-pong --server weft -N1, wrk
   sws-c64                         weft-sws (Mely) -N2, wrk, 1 KiB file
   kv-get kv-set                   weft-kv -N1, redis-benchmark -c 50 -P 1
@@ -71,13 +72,19 @@ def simple(uring, c):
     return ("0", env, lambda b, p: [b + "/weft-simple-server", str(p), "90", "323", "--manager", "weft", "+RTS", "-N1", "-RTS"],
             lambda p: run_loadgen(p, ["--conns", str(c)]))
 
+def pong(uring, c):
+    env = {"WEFT_BACKEND": "uring"} if uring else {}
+    return ("0", env, lambda b, p: [b + "/weft-pong", str(p), "+RTS", "-N1", "-RTS"], lambda p: run_wrk(p, c, "/"))
+
 cells = {
     "simple-c16": simple(False, 16), "simple-c400": simple(False, 400),
     "simple-uring-c16": simple(True, 16), "simple-uring-c400": simple(True, 400),
     "echo": ("0", {}, lambda b, p: [b + "/weft-echo", str(p), "--manager", "weft", "+RTS", "-N1", "-RTS"],
              lambda p: run_loadgen(p, ["--conns", "1", "--req", "8", "--reply", "8"])),
-    "pong-c16": ("0", {}, lambda b, p: [b + "/weft-pong", str(p), "+RTS", "-N1", "-RTS"], lambda p: run_wrk(p, 16, "/")),
-    "pong-c400": ("0", {}, lambda b, p: [b + "/weft-pong", str(p), "+RTS", "-N1", "-RTS"], lambda p: run_wrk(p, 400, "/")),
+    "echo-uring": ("0", {"WEFT_BACKEND": "uring"}, lambda b, p: [b + "/weft-echo", str(p), "--manager", "weft", "+RTS", "-N1", "-RTS"],
+                   lambda p: run_loadgen(p, ["--conns", "1", "--req", "8", "--reply", "8"])),
+    "pong-c16": pong(False, 16), "pong-c400": pong(False, 400),
+    "pong-uring-c16": pong(True, 16), "pong-uring-c400": pong(True, 400),
     "warp-c16": ("0", {}, lambda b, p: [b + "/weft-warp-pong", str(p), "--server", "weft", "+RTS", "-N1", "-RTS"],
                  lambda p: run_wrk(p, 16, "/")),
     "warp-c400": ("0", {}, lambda b, p: [b + "/weft-warp-pong", str(p), "--server", "weft", "+RTS", "-N1", "-RTS"],
