@@ -73,8 +73,13 @@ portable: deps
 	scripts/portable-smoke $(foreach e,$(PORTABLE_EXES),$$($(PORTABLE) list-bin -f portable --offline $(e)))
 	$$($(PORTABLE) list-bin -f portable --offline weft-test) +RTS -N2 -RTS
 
+# make bench: the headline benchmarks, under 15 minutes, the headline
+# table first; make bench-full: every benchmark (35 minutes or so).
 bench: build
 	$(BIN)/weft-bench all
+
+bench-full: build
+	$(BIN)/weft-bench all --full
 
 # Haddock for both libraries, offline, in a build directory of its own, so
 # that documenting never touches the binaries `make build` gathers from

@@ -11,6 +11,7 @@ import System.FilePath ((</>))
 
 import Bench.Kv (kvMain)
 import Bench.Color (colorChild, colorMain)
+import Bench.Headline (headlineTable)
 import Bench.Net
 import Bench.Packet (packetMain, packetModelChild)
 import Bench.Report (resultsRoot)
@@ -41,7 +42,7 @@ main = do
     ("kv" : rest) -> () <$ kvMain rest
     ("packet" : rest) -> () <$ packetMain rest
     ("packet-model-child" : rest) -> packetModelChild rest
-    ("all" : rest) -> runAll =<< parseSettings "all" rest
+    ("all" : rest) -> runAll rest
     _ -> do
       hPutStrLn stderr $ unlines
         [ "usage: weft-bench COMMAND [--long] [--reps N] [--duration SECONDS]"
@@ -70,46 +71,79 @@ main = do
         , "          bridge and tc mirred, a zero-loss check, and the ixgbe driver loop vs its C port on the"
         , "          device model (options: --quick --reps N --duration S --batches 1,8,.. --only veth,peers,loss,model;"
         , "          the veth parts need root)"
-        , "  all     everything, then bench-results/summary.md"
+        , "  all     the headline benchmarks (what make bench runs, under 15 minutes), then"
+        , "          bench-results/summary.md, the headline table first; --full: every benchmark (make bench-full)"
         , ""
         , "Default: 3 repetitions of 1.5 s runs (what make bench runs); --long: 5 of 5 s."
         , "Results, CSV and plots go to bench-results/ (or $WEFT_BENCH_RESULTS)."
         ]
       exitFailure
 
--- | Every benchmark, then one summary of all the tables.
-runAll :: Settings -> IO ()
-runAll st = do
+-- | The headline benchmarks (or, with @--full@, every benchmark), then
+-- one summary of all the tables, the headline table first.
+--
+-- Without @--full@ (what @make bench@ runs, under 15 minutes here), each
+-- section measures only what the headline table and the README quote:
+-- SimpleServer and pong at 16 and 400 connections, idle at 0 and the most
+-- connections the fd limit allows, every warp cell, echo and fd waits,
+-- @timeout@ at -N2 and a million @threadDelay@s at -N1, five redis tests,
+-- and the unbalanced colored-events benchmark. The spin, sws and packet
+-- sections, the other configurations and the other timers and colored
+-- benchmarks run with @--full@ (@make bench-full@). Arms are interleaved
+-- either way.
+runAll :: [String] -> IO ()
+runAll args0 = do
+  let full = "--full" `elem` args0
+  st0 <- parseSettings "all" (filter (/= "--full") args0)
   started <- getCurrentTime
-  let waitArgs = if setLong st then [] else ["--reps", "3"]
-      timerArgs = [ "--long" | setLong st ] ++ ["--reps", show (setReps st)]
-      kvArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
-      colorArgs = [ "--quick" | not (setLong st) ] ++ ["--reps", show (setReps st)]
+  let st = st0 { setHeadline = not full }
+      reps = ["--reps", show (setReps st)]
+      waitArgs = if setLong st then [] else ["--reps", "3"]
+      timerArgs = [ "--long" | setLong st ] ++ reps
+      kvArgs = [ "--quick" | not (setLong st) ] ++ reps
+      colorArgs = [ "--quick" | not (setLong st) ] ++ reps
       packetArgs = [ "--quick" | not (setLong st) ] ++ [ "--reps" | setLong st ] ++ [ show (setReps st) | setLong st ]
-  sections <- forM
-    [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
-    , ("echo: one-connection round trip", echoBench st)
-    , ("pong: HTTP keep-alive under wrk", pongBench st)
-    , ("idle: 64 active connections beside idle ones", idleBench st)
-    , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
-    , ("spin: the dispatcher's spin policy", spinBenchWithoutWait (if setLong st then st else st { setDuration = 1 }))
-    , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
-    , ("wait: fd waits in one process", waitMain waitArgs)
-    , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)
-    , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain kvArgs)
-    , ("color: Mely's microbenchmarks on Weft.Color, every stealing policy", colorMain colorArgs)
-    , ("packet: Weft.Packet forwarding on veth and on the device model", packetMain packetArgs) ] $ \(title, run) -> do
+      headline =
+        [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
+        , ("echo: one-connection round trip", echoBench st)
+        , ("pong: HTTP keep-alive under wrk", pongBench st)
+        , ("idle: 64 active connections beside idle ones", idleBench st)
+        , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
+        , ("wait: fd waits in one process", waitMain waitArgs)
+        , ("timers: timeout at -N2", timersMain (["--only", "timeout", "--caps", "2"] ++ reps))
+        , ("timers: a million threadDelay sleepers at -N1", timersMain ["--only", "delay", "--caps", "1", "--delay-threads", "1000000", "--reps", "1"])
+        , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain (kvArgs ++ ["--tests", "get,set,incr,lpush,mset"]))
+        , ("color: the unbalanced microbenchmark on Weft.Color, every stealing policy", colorMain (colorArgs ++ ["--only", "unbalanced"])) ]
+      everything =
+        [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
+        , ("echo: one-connection round trip", echoBench st)
+        , ("pong: HTTP keep-alive under wrk", pongBench st)
+        , ("idle: 64 active connections beside idle ones", idleBench st)
+        , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
+        , ("spin: the dispatcher's spin policy", spinBenchWithoutWait (if setLong st then st else st { setDuration = 1 }))
+        , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
+        , ("wait: fd waits in one process", waitMain waitArgs)
+        , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)
+        , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain kvArgs)
+        , ("color: Mely's microbenchmarks on Weft.Color, every stealing policy", colorMain colorArgs)
+        , ("packet: Weft.Packet forwarding on veth and on the device model", packetMain packetArgs) ]
+  sections <- forM (if full then everything else headline) $ \(title, run) -> do
       table <- run
       return ("## " ++ title ++ "\n\n```\n" ++ table ++ "```\n")
+  heads <- headlineTable
   machine <- readFile "/proc/cpuinfo"
   let model = case [ drop 2 (dropWhile (/= ':') l) | l <- lines machine, take 10 l == "model name" ] of
         (m : _) -> m
         [] -> "unknown CPU"
       cores = length [ () | l <- lines machine, take 9 l == "processor" ]
+      about = "Run started " ++ show started ++ " on " ++ show cores ++ " cores (" ++ model ++ "); "
+              ++ show (setReps st) ++ " repetitions of " ++ show (setDuration st) ++ " s per cell, arms interleaved"
+              ++ (if full then "." else "; the headline configurations only (--full: everything).")
   writeFile (resultsRoot </> "summary.md") $ unlines
     [ "# weft-bench all", ""
-    , "Run started " ++ show started ++ " on " ++ show cores ++ " cores (" ++ model ++ "); "
-      ++ show (setReps st) ++ " repetitions of " ++ show (setDuration st) ++ " s per cell, arms interleaved."
+    , about
     , "Servers on core 0, load generators on core 1 (-N2 servers get both cores). Medians; ratios of medians."
-    , "" ] ++ unlines sections
+    , "", "## Headline", "", "```", heads ++ "```", "" ] ++ unlines sections
+  putStrLn ("\n== weft-bench all: headline (medians; the full tables are in " ++ resultsRoot ++ "/summary.md) ==\n")
+  putStr heads
   putStrLn ("\nsummary: " ++ resultsRoot ++ "/summary.md")

@@ -90,6 +90,7 @@ import System.Posix.Process (exitImmediately)
 import Text.Printf (printf)
 
 import Bench.Atomic
+import Bench.Headline (note)
 import Bench.Options
 import System.FilePath ((</>))
 import Bench.Report
@@ -256,6 +257,8 @@ section opts exe b = do
         modifyIORef' ref (Map.insertWith (flip (++)) (policyName p) [s])
   res <- readIORef ref
   fails <- readIORef failed
+  sequence_ [ note ["color", bName b, pol] (median vs)
+            | (pol, ss) <- Map.toList res, let vs = mapMaybe (Map.lookup "kevents_s") ss, not (null vs) ]
   let runsOf p = Map.findWithDefault [] (policyName p) res
       med p k = case mapMaybe (Map.lookup k) (runsOf p) of
         [] -> Nothing

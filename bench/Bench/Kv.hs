@@ -33,6 +33,7 @@ import System.Process
 import Text.Printf (printf)
 
 import Bench.Net (Server (..), binDir, cpuTicks, resultsDir, startServer, stopServer)
+import Bench.Headline (note)
 import Bench.Options
 import Bench.Report
 
@@ -155,6 +156,8 @@ report opts arms depth res = do
                ++ [ printf "%.3f/%.3f" (med t a smP50) (med t a smP99) | a <- arms ]
              | t <- optTests opts ]
       table = renderTable header rows
+  sequence_ [ note ["kv", map toUpper t ++ (if depth == 1 then "" else " P" ++ show depth), name] (med t a smRps)
+            | t <- optTests opts, (a, name) <- [("weft-N1", "weft-kv"), ("redis", "redis")], a `elem` arms ]
   dir <- resultsDir
   writeCsv (dir </> ("kv-P" ++ show depth ++ ".csv")) header rows
   let title = printf "\nredis-benchmark -c 50 -P %d (medians of %d; CPU per op counts the LPUSH fill of the LRANGE tests, per request of both)\n"

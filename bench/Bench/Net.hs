@@ -61,6 +61,7 @@ import System.Posix.Resource
 import System.Process
 import Text.Printf (printf)
 
+import Bench.Headline (note)
 import Bench.Options
 import Bench.Report
 
@@ -70,13 +71,14 @@ data Settings = Settings
   , setDuration :: !Double  -- ^ measured seconds per run
   , setWarmup   :: !Double  -- ^ unmeasured seconds before each run
   , setLong     :: !Bool
+  , setHeadline :: !Bool    -- ^ only the headline's configurations (@weft-bench all@ without @--full@)
   } deriving Show
 
 -- | What @make bench@ runs: 3 repetitions of short runs.
 shortSettings, longSettings :: Settings
-shortSettings = Settings 3 1.5 0.5 False
+shortSettings = Settings 3 1.5 0.5 False False
 -- | @--long@: 5 repetitions of 5 s.
-longSettings = Settings 5 5 1 True
+longSettings = Settings 5 5 1 True False
 
 -- | @--long@, @--reps N@, @--duration SECONDS@ (for the command named).
 settingsOptions :: [Option Settings]
@@ -322,6 +324,9 @@ reportWith baselines name groups arms withRss results = do
     [ unwords (show gi : concat [ [ show (med g a smRps), show (med g a smCpuPerReq), show (med g a smP99)
                                   , show (med g a smRss / 1024) ] | a <- arms ])
     | (gi, g) <- zip [0 :: Int ..] groups ]
+  sequence_ [ note [name, g, a, m] (med g a f)
+            | g <- groups, a <- arms, Map.member (g, a) results
+            , (m, f) <- [("rps", smRps), ("cpu", smCpuPerReq), ("mean", smMean), ("rss", (/ 1024) . smRss)] ]
   putStrLn ""
   putStr table
   return table
@@ -369,7 +374,7 @@ simpleBench :: Settings -> IO String
 simpleBench st = do
   _ <- raiseFdLimit
   bin <- binDir
-  let concs = [1, 16, 64, 400] :: [Int]
+  let concs = if setHeadline st then [16, 400] else [1, 16, 64, 400] :: [Int]
       caps = [1, 2] :: [Int]
       arms = ["weft", "weft-uring", "ghc", "C"]
   putStrLn "weft-bench simple: SimpleServer (90-byte requests, 323-byte replies), closed loop"
@@ -436,7 +441,7 @@ pongBench st = do
   bin <- binDir
   wrkRun <- newWrkRun st
   let arms = ["weft", "weft-uring", "ghc", "nginx"]
-      concs = [16, 64, 400] :: [Int]
+      concs = if setHeadline st then [16, 400] else [16, 64, 400] :: [Int]
       pong n label wrap manager =
         ( "pong-" ++ label ++ (if n == 1 then "" else "-N" ++ show n), serverCores n
         , \p -> wrap [bin </> "weft-pong", show p, "--manager", manager, "+RTS", "-N" ++ show n, "-RTS"] )
@@ -455,7 +460,7 @@ pongBench st = do
         reconnecting = "c=64 new connection per request"
         cells = [ Cell ("c=" ++ show c) a (wrkSample wrkRun srv c "/") | c <- concs, (a, srv) <- arms1 ]
              ++ [ Cell twoCores a (wrkSample wrkRun srv 400 "/") | (a, srv) <- arms2 ]
-             ++ [ Cell reconnecting a (wrkSampleReconnecting wrkRun 1 srv 64 "/") | (a, srv) <- arms1 ]
+             ++ [ Cell reconnecting a (wrkSampleReconnecting wrkRun 1 srv 64 "/") | not (setHeadline st), (a, srv) <- arms1 ]
     res <- interleave "pong" (setReps st) cells
     t <- report "pong" groups arms False res
     t' <- report "pong-more" [twoCores, reconnecting] arms False res
@@ -585,7 +590,7 @@ idleBench st = do
       -- Both the server and the load generator hold every connection, so
       -- the fd limit bounds the idle count.
       room = fromIntegral hard - 500 :: Int
-      wanted = [0, 1000, 10000, 20000] ++ [ 50000 | setLong st ]
+      wanted = (if setHeadline st then [0, 20000] else [0, 1000, 10000, 20000]) ++ [ 50000 | setLong st ]
       levels = nub [ min room k | k <- wanted ]
   when (room < 20000) $ printf "note: the fd limit is %d, so the largest idle level is %d, not 20000\n" hard room
   putStrLn "weft-bench idle: 64 active SimpleServer connections plus idle ones, servers on one core"
@@ -605,6 +610,9 @@ idleBench st = do
   res <- readIORef results
   let groups = [ "idle=" ++ show k | k <- levels ]
   t <- report "idle" groups arms True res
+  -- The headline's row: the most idle connections this host allowed.
+  forM_ (take 1 (reverse groups)) $ \g -> forM_ arms $ \a ->
+    forM_ (Map.lookup (g, a) res) $ \ss -> note ["idle", "max", a, "rss"] (median (map smRss ss) / 1024)
   plot "idle" (linePlot "idle" "idle" "64 active connections beside idle ones: active requests/s (median)"
                 "idle connections" "requests/s" (map (drop 5) groups) arms 0 False)
   plot "idle-rss" (linePlot "idle-rss" "idle" "Server RSS with idle connections (MiB, median)"

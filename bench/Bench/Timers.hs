@@ -51,7 +51,7 @@ import Control.Exception
 import Control.Monad
 import Data.Bits (shiftR, (.&.))
 import Data.IORef
-import Data.List (intercalate, isPrefixOf, sortOn)
+import Data.List (intercalate, isPrefixOf, sortOn, stripPrefix)
 import qualified Data.Map.Strict as Map
 import Data.Maybe (fromMaybe, mapMaybe)
 import Data.Word (Word64)
@@ -70,6 +70,7 @@ import System.Process
 import qualified System.Timeout as GHC (timeout)
 import Text.Printf (printf)
 
+import Bench.Headline (note)
 import Bench.Options
 import System.FilePath ((</>))
 import Bench.Report
@@ -304,10 +305,20 @@ section opts exe title configs metric = do
              , let targetCell | arm == GhcArm || null vals || null ghcVals = ""
                               | otherwise = mTarget metric label n ratio ]
       table = renderTable tableHeader rows
+  sequence_ [ note ["timers", headlineLabel (cfLabel cf), "N" ++ show n, armName arm] (median vals)
+            | cf <- configs, n <- cfCaps cf, arm <- [minBound .. maxBound]
+            , let vals = get (cfLabel cf, n, arm) (mKey metric), not (null vals) ]
   putStrLn ""
   putStr table
   appendFile csvPath (unlines (map (intercalate "," . map csvField) rows))
   return (table, res)
+
+-- | A configuration's name in the headline table's keys: the
+-- threadDelay runs by their count alone (@1M@).
+headlineLabel :: String -> String
+headlineLabel l = case stripPrefix "threadDelay N=" l of
+  Just count -> count
+  Nothing -> l
 
 tableHeader :: [String]
 tableHeader = [ "benchmark", "caps", "arm", "median", "min–max", "unit", "CPU us/op", "peak RSS MiB", "weft÷ghc", "target" ]

@@ -29,6 +29,7 @@ import System.Posix.Types (CSsize (..), Fd (..))
 import System.Process
 import Text.Printf (printf)
 
+import Bench.Headline (note)
 import Bench.Options
 import System.FilePath ((</>))
 import Bench.Report
@@ -86,7 +87,8 @@ waitMain args = do
     modifyIORef' results (Map.insertWith (flip (++)) (n, arm) [r])
   summary <- readIORef results
   let get n arm f = maybe [] (map f) (Map.lookup (n, arm) summary)
-      rows = [ [ "-N" ++ show n, armName arm
+  sequence_ [ note ["wait", "N" ++ show n, armName arm, "rate"] (median (get n arm resWaitsPerSec)) | (n, arm) <- cells ]
+  let rows = [ [ "-N" ++ show n, armName arm
                , printf "%.0f" (median wps), spread (printf "%.0f") wps
                , printf "%.2f" (median cpu), spread (printf "%.2f") cpu
                , if arm /= GhcArm then printf "%.2fx" (median wps / median (get n GhcArm resWaitsPerSec)) else ""

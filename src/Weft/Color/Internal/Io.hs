@@ -15,6 +15,7 @@ import Weft.Event (Lifetime (..), evtRead, evtWrite, eventIs, evtClose, evtHangu
 import qualified Weft.Event as E
 import qualified Weft.Event.Internal.Core as M
 import qualified Weft.Net as Net
+import qualified Weft.Timer as T
 import Weft.Internal.Counters
 import Weft.Color.Internal.Runtime
 
@@ -229,7 +230,7 @@ lingerClose fw sock micros done = do
       finish = do
         already <- atomicModifyIORef' ended (\e -> (True, e))
         unless already $ do
-          mapM_ M.unregisterTimeout =<< readIORef timer
+          mapM_ T.cancelTimeout =<< readIORef timer
           Net.close sock
           done
       drain left = do
@@ -244,7 +245,7 @@ lingerClose fw sock micros done = do
     Left (_ :: IOException) -> finish
     Right () -> do
       mgr <- getSystemManager
-      key <- M.registerTimeout mgr micros $
+      key <- T.registerTimeout mgr micros $
         post rt (fwColor fw) hLinger finish `catch` \RuntimeClosed -> Net.close sock
       writeIORef timer (Just key)
       drain Net.lingerBytes

@@ -35,7 +35,6 @@ module Weft.Packet.Internal.Ixgbe
   , cleanBatch
   ) where
 
-import Control.Concurrent (threadDelay)
 import Control.Exception (onException, throwIO)
 import Control.Monad
 import Data.Bits
@@ -113,7 +112,7 @@ openIxgbe cfg name win = do
   wr regEimc 0x7fffffff
   wr regCtrl (ctrlRst .|. ctrlLrst)
   waitFor "reset" "CTRL.RST to clear" regCtrl rd (\v -> v .&. ctrlRst == 0)
-  threadDelay 1000
+  Weft.threadDelay 1000
   wr regEimc 0x7fffffff
   waitFor "EEPROM" "EEC.ARD (EEPROM auto-read done)" regEec rd (\v -> v .&. eecArd /= 0)
   waitFor "DMA init" "RDRXCTL.DMAIDONE" regRdrxctl rd (\v -> v .&. rdrxctlDmaidone /= 0)
@@ -210,7 +209,7 @@ waitUntil name micros step expected reg rd ok = do
           if now >= deadline
             then throwIO (DeviceInitFailed name (step ++ ": waited " ++ show (micros `div` 1000)
                           ++ " ms for " ++ expected ++ "; the register reads 0x" ++ showHex v ""))
-            else threadDelay 100 >> go
+            else Weft.threadDelay 100 >> go
   go
 
 setRingBase :: (Int -> Word32 -> IO ()) -> Int -> Int -> Int -> Ptr Word8 -> Int -> IO ()
