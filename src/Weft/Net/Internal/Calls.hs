@@ -36,6 +36,7 @@ import Weft.Event.Internal.Completions (Outgoing (..), addressRoom, newAcceptAdd
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket
 import qualified Weft.Net.Internal.Socket as S
+import Weft.Net.Internal.Socket.Ring
 
 ------------------------------------------------------------------------------
 -- Opening
