@@ -18,8 +18,6 @@ import Data.List (isPrefixOf)
 import Foreign.C.Error
 import Foreign.Marshal.Alloc (allocaBytes)
 import GHC.IO.Exception (IOErrorType (..), IOException (..))
-import Network.Socket (SockAddr (..))
-import qualified Network.Socket as N
 import System.Directory (getTemporaryDirectory, removeFile)
 import System.Environment (setEnv, unsetEnv)
 import System.FilePath ((</>))
@@ -28,7 +26,7 @@ import System.Posix.Types (Fd)
 import Test.Hspec
 
 import Support
-import Test.Net (connectClient, withPair)
+import Test.Net (loopback, withPair, withResetPeer)
 import qualified Weft
 import qualified Weft.Color as C
 import qualified Weft.Event as E
@@ -58,8 +56,6 @@ failsWith ty errnos act = do
   where
     expected = show ty ++ " with errno " ++ show [ n | Errno n <- errnos ] ++ ", located \"weft: ...\""
 
-loopback :: SockAddr
-loopback = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
 
 -- | An fd number that is not open: a pipe's, just closed. The managers
 -- are started first, or one starting on the wait would take the number.
@@ -264,16 +260,8 @@ ioSpec kind = describe "weft's errors (documented failures, shape)" $ do
           writeByte w
           within 5 "sendFile from a pipe" $ failsWith UnsupportedOperation [eSPIPE] (W.sendFile c r 0 1)
 
-    it "a peer's reset: ResourceVanished, ECONNRESET" $ do
-      l <- W.listen loopback
-      addr <- W.localAddress l
-      (`finally` W.close l) $ do
-        peer <- connectClient addr
-        (s, _) <- within 5 "accept" (W.accept l)
-        (`finally` W.close s) $ do
-          N.setSockOpt peer N.Linger (N.StructLinger 1 0)
-          N.close peer
-          within 5 "the recv" $ failsWith ResourceVanished [eCONNRESET] (W.recv s 10)
+    it "a peer's reset: ResourceVanished, ECONNRESET" $ withResetPeer $ \s ->
+      within 5 "the recv" $ failsWith ResourceVanished [eCONNRESET] (W.recv s 10)
 
     it "sending to a closed peer: ResourceVanished, EPIPE or ECONNRESET" $
       withPair $ \(c, srv) -> do

@@ -4,7 +4,7 @@
 -- interop. Clients are @network@ sockets (GHC's manager) unless the test is
 -- about weft's client side.
 module Test.Net (spec, withWeftServer, withPair, liveWatches, recvExactly, connectClient, countFds, makesRoomForNewcomers,
-                 keepsClientsWhenFull, recvToEnd) where
+                 keepsClientsWhenFull, recvToEnd, loopback, withResetPeer) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (async, forConcurrently_, mapConcurrently, wait)
@@ -115,6 +115,20 @@ makesRoomForNewcomers addr exchange = do
     within 5 "the busy client" (wait talker)
     exchange busy
     exchange (last newcomers)
+
+-- | A weft socket whose peer (a network client on loopback) has reset the
+-- connection: closed with a zero linger, so the kernel sent a RST.
+withResetPeer :: (W.Socket -> IO a) -> IO a
+withResetPeer body = do
+  l <- W.listen loopback
+  addr <- W.localAddress l
+  (`finally` W.close l) $ do
+    c <- connectClient addr
+    (s, _) <- within 5 "accept" (W.accept l)
+    (`finally` W.close s) $ do
+      N.setSockOpt c N.Linger (N.StructLinger 1 0)
+      N.close c
+      body s
 
 connectClient :: SockAddr -> IO N.Socket
 connectClient addr = do
@@ -545,18 +559,10 @@ spec kind = describe "Weft.Net" $ do
     within 2 "end of stream" poll `shouldReturn` B.empty
     (W.tryRecv srv 0 >> return ()) `shouldThrow` (\e -> ioe_type e == InvalidArgument)
 
-  it "tryRecv throws ECONNRESET on a reset" $ do
-    l <- W.listen loopback
-    addr <- W.localAddress l
-    (`finally` W.close l) $ do
-      c <- connectClient addr
-      (s, _) <- within 2 "accept" (W.accept l)
-      (`finally` W.close s) $ do
-        N.setSockOpt c N.Linger (N.StructLinger 1 0)
-        N.close c
-        let poll = W.tryRecv s 100 >>= maybe (threadDelay 500 >> poll) return
-        r <- within 2 "reset" (try poll)
-        r `shouldSatisfy` isErrno ResourceVanished
+  it "tryRecv throws ECONNRESET on a reset" $ withResetPeer $ \s -> do
+    let poll = W.tryRecv s 100 >>= maybe (threadDelay 500 >> poll) return
+    r <- within 2 "reset" (try poll)
+    r `shouldSatisfy` isErrno ResourceVanished
 
   it "trySendMany takes what fits, then says would-block; every byte taken arrives" $ withPair $ \(c, srv) -> do
     W.trySendMany c [] `shouldReturn` Just 0

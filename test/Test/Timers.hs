@@ -21,14 +21,13 @@ import Data.List (sort)
 import qualified Data.Map.Strict as Map
 import Data.Word (Word64)
 import GHC.Clock (getMonotonicTimeNSec)
-import Network.Socket (SockAddr (..))
-import qualified Network.Socket as N
 import System.Exit (ExitCode (..))
 import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess)
 import Test.QuickCheck hiding (within)
 
 import Support
+import Test.Net (loopback)
 import Weft
 import qualified Weft.Event as E
 import qualified Weft.Net as W
@@ -90,8 +89,6 @@ bump r = atomicModifyIORef' r (\n -> (n + 1, ()))
 data Boom = Boom deriving Show
 instance Exception Boom
 
-loopback :: SockAddr
-loopback = SockAddrInet 0 (N.tupleToHostAddress (127, 0, 0, 1))
 
 -- | A connected pair of weft sockets: (client, server side).
 withSocketPair :: ((W.Socket, W.Socket) -> IO a) -> IO a
