@@ -43,6 +43,7 @@ data Options = Options
   , optReps      :: !Int
   , optTests     :: ![String]
   , optN2        :: !Bool       -- ^ also run the two-core pairing (sharing the client's core)
+  , optKeyspace  :: !(Maybe Int) -- ^ random keys from a keyspace this large (redis-benchmark -r)
   }
 
 -- | Every test redis-benchmark runs by default.
@@ -57,8 +58,9 @@ parseOptions = parseOrExit "kv"
   , value "-n" "REQUESTS" positive (\k o -> o { optRequests = k, optPipelined = k })
   , value "--reps" "N" positive (\k o -> o { optReps = k })
   , value "--tests" "set,get,..." (listOf (Just . map toLower)) (\ts o -> o { optTests = ts })
-  , flag "--no-n2" (\o -> o { optN2 = False }) ]
-  (Options 1000000 1000000 3 defaultTests True)
+  , flag "--no-n2" (\o -> o { optN2 = False })
+  , value "-r" "KEYSPACE" positive (\k o -> o { optKeyspace = Just k }) ]
+  (Options 1000000 1000000 3 defaultTests True Nothing)
 
 -- | One redis-benchmark run of one test: requests per second, latency
 -- percentiles in ms, server CPU in microseconds per request.
@@ -84,17 +86,18 @@ kvMain args = parseOptions args >>= \opts -> do
         depths = [(1, optRequests opts), (16, optPipelined opts), (64, optPipelined opts)]
     printf "weft-bench kv: weft-kv vs redis-server under redis-benchmark -c 50, client on core 1; redis and weft-N1 on core 0%s\n"
       (if optN2 opts then ", redis-io2 (--io-threads 2) and weft-N2 on cores 0,1, shared with the client" else "" :: String)
-    printf "  -P 1: -n %d; -P 16 and -P 64: -n %d (LRANGE tests a %s of that); %d repetitions, fresh servers each, arms interleaved per test\n"
+    printf "  -P 1: -n %d; -P 16 and -P 64: -n %d (LRANGE tests a %s of that); %d repetitions, fresh servers each, arms interleaved per test%s\n"
       (optRequests opts) (optPipelined opts) (show lrangeShare ++ "th") (optReps opts)
+      (maybe "" (printf "; random keys from %d (-r)") (optKeyspace opts) :: String)
     results <- newIORef Map.empty
     forM_ [1 .. optReps opts] $ \rep ->
       bracket (mapM (\(l, c, a) -> startServer ("kv-" ++ l) c a) arms) (mapM_ stopServer) $ \servers -> do
         -- An unmeasured warm-up: a fresh server's first requests pay for
         -- page faults (weft-kv's nursery) and cold caches.
-        forM_ servers $ \srv -> forM_ ["ping_inline", "set", "get"] $ \t -> runTest srv 16 20000 t
+        forM_ servers $ \srv -> forM_ ["ping_inline", "set", "get"] $ \t -> runTest (optKeyspace opts) srv 16 20000 t
         forM_ depths $ \(depth, n) -> forM_ (optTests opts) $ \test ->
           forM_ (zip armNames servers) $ \(arm, srv) -> do
-            s <- runTest srv depth n test
+            s <- runTest (optKeyspace opts) srv depth n test
             printf "  [kv %d/%d] -P %-2d %-11s %-8s %10.0f ops/s %7.2f CPU-us/op  p50 %6.3f  p99 %6.3f ms\n"
               rep (optReps opts) depth test arm (smRps s) (smCpu s) (smP50 s) (smP99 s)
             modifyIORef' results (Map.insertWith (flip (++)) (depth, test, arm) [s])
@@ -106,9 +109,11 @@ kvMain args = parseOptions args >>= \opts -> do
 lrangeShare :: Int
 lrangeShare = 5
 
--- | One redis-benchmark invocation of one test against one server.
-runTest :: Server -> Int -> Int -> String -> IO Sample
-runTest srv depth n0 test = do
+-- | One redis-benchmark invocation of one test against one server, with
+-- random keys from a keyspace of the given size if one is given (each
+-- command then names another key, and so, in weft-kv, another color).
+runTest :: Maybe Int -> Server -> Int -> Int -> String -> IO Sample
+runTest keyspace srv depth n0 test = do
   c0 <- cpuTicks (srvPid srv)
   let lrange = "lrange" `isPrefixOf` test
       -- Each LRANGE reply is 100 to 600 elements: a fifth of the
@@ -116,6 +121,7 @@ runTest srv depth n0 test = do
       n = if lrange then max 1000 (n0 `quot` lrangeShare) else n0
   let argv = [ "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", show (srvPort srv), "-c", "50"
              , "-n", show n, "-P", show depth, "-t", test, "--csv" ]
+             ++ maybe [] (\k -> ["-r", show k]) keyspace
   (code, out, errs) <- readProcessWithExitCode "taskset" argv ""
   c1 <- cpuTicks (srvPid srv)
   let rows = [ cells | l <- lines out, let cells = map unquote (splitOn ',' l), length cells >= 7 ]
