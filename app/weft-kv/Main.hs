@@ -14,6 +14,7 @@ import System.IO
 
 import Kv.Resp (Limits (..))
 import Kv.Server
+import Kv.Store (validKeyColors)
 import qualified Weft.Color as Color
 import qualified Weft.Net as Net
 
@@ -22,7 +23,7 @@ main = do
   hSetBuffering stderr LineBuffering
   name <- getProgName
   args <- getArgs
-  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--max-clients N] [--evict none|stalled|stalled-then-idle] [--policy "
+  let usage = "usage: " ++ name ++ " PORT [--max-bulk BYTES] [--timeout SECONDS] [--min-receive BYTES] [--output-limit BYTES] [--send-stall SECONDS] [--max-clients N] [--evict none|stalled|stalled-then-idle] [--key-colors N] [--policy "
               ++ concatMap (\p -> Color.policyName p ++ "|") (init Color.allPolicies)
               ++ Color.policyName (last Color.allPolicies) ++ "]"
       die msg = hPutStrLn stderr (name ++ ": " ++ msg ++ "\n" ++ usage) >> exitFailure
@@ -55,6 +56,9 @@ main = do
     parse ("--max-clients" : n : rest) cfg port = case reads n of
       [(k, "")] | k >= (0 :: Int) -> parse rest cfg { serverMaxClients = k } port
       _ -> Left ("bad --max-clients " ++ n)
+    parse ("--key-colors" : n : rest) cfg port = case reads n of
+      [(k, "")] | validKeyColors k -> parse rest cfg { serverKeyColors = k } port
+      _ -> Left ("bad --key-colors " ++ n ++ " (a power of two from 1 to 65536)")
     parse ("--evict" : e : rest) cfg port = case Net.parseEviction e of
       Just pol -> parse rest cfg { serverEviction = pol } port
       Nothing -> Left ("unknown eviction policy " ++ e)

@@ -440,6 +440,17 @@ serverSpec = do
           pipelined a b [["FLUSHALL"]]
           mapM_ (pipelined a b) ps
       unless (isSuccess result) $ expectationFailure (output result)
+ it "answers generated pipelines exactly as redis-server does with every key on one color, and with 65536 colors" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> forM_ [1, 65536] $ \colors ->
+      withKvConfig defaultServerConfig { serverKeyColors = colors } $ \kv -> withClient kv $ \a -> withClient redis $ \b -> do
+        let pipelines = resize 20 (listOf1 (resize 8 (listOf1 genCommand)))
+        result <- quickCheckWithResult stdArgs { maxSuccess = 40, chatty = False } $
+          forAll pipelines $ \ps -> ioProperty $ do
+            pipelined a b [["FLUSHALL"]]
+            mapM_ (pipelined a b) ps
+        unless (isSuccess result) $ expectationFailure ("key colors " ++ show colors ++ ": " ++ output result)
  it "answers integer commands on random 64-bit values exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

@@ -104,18 +104,18 @@ dispatch env c (Held cmds0 malformed) = do
         if isQuit cmd then return (True, groups) else go (k + 1) rest groups
       OnKey key op -> do
         s <- takeSeq c
-        go (k + 1) rest (add (keyColor key) (Work s key op) groups)
+        go (k + 1) rest (add (keyColor (envStore env) key) (Work s key op) groups)
       OnKeys parts@((key0, _) : more) joinParts
-        | all ((== color0) . keyColor . fst) more -> do
+        | all ((== color0) . keyColor (envStore env) . fst) more -> do
             s <- takeSeq c
             go (k + 1) rest (add color0 (WorkAll s parts joinParts) groups)
-        where color0 = keyColor key0
+        where color0 = keyColor (envStore env) key0
       OnKeys parts joinParts -> do
         s <- takeSeq c
         modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
         -- The command's parts by color, in argument order within each.
         let byColor = IntMap.fromListWith (++)
-              [ (keyColor key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
+              [ (keyColor (envStore env) key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
         go (k + 1) rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
       where
         -- A store-wide command runs once every command before it has run
@@ -150,9 +150,9 @@ noWork _ = False
 
 -- Note [Store-wide commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
--- DBSIZE, KEYS and FLUSHDB touch every key, hence every one of the 65536
--- key colors. An event per color would cost about 4 µs in all (post, run,
--- answer): 0.3 s per command. Instead, such a command runs only once
+-- DBSIZE, KEYS and FLUSHDB touch every key, hence every key color (up to
+-- 65536). An event per color would cost a post, a run and an answer for
+-- each of them. Instead, such a command runs only once
 -- every command the client sent before it has run (nothing outstanding,
 -- nothing posted in its batch); until then it and the commands after it
 -- wait in 'connHeld', reading pauses, and 'settle' resumes them when the
@@ -229,6 +229,6 @@ armExpiry env key deadline us = do
   mgr <- getSystemTimerManager
   let !owned = B.copy key
   registerTimeout mgr us $
-    post (envRuntime env) (keyColor owned) hExpire (expireDue (envStore env) (armExpiry env) owned deadline)
+    post (envRuntime env) (keyColor (envStore env) owned) hExpire (expireDue (envStore env) (armExpiry env) owned deadline)
       `catch` \RuntimeClosed -> return ()
 

@@ -74,6 +74,11 @@ data ServerConfig = ServerConfig
     -- Default 'Net.EvictNone', as redis: an idle client is normal, and only
     -- its timeout ends it. 'Net.EvictStalled' closes a client stalled in
     -- the middle of a command or not reading its replies.
+  , serverKeyColors :: !Int
+    -- ^ How many colors keys spread over (Note [One store per color] in
+    -- "Kv.Store"): a power of two up to 65536. Default 64: a pipeline of
+    -- unrelated keys then runs as a few events, not one per command, and
+    -- 64 colors still give a work-stealing runtime plenty to spread.
   }
 
 -- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
@@ -81,7 +86,7 @@ data ServerConfig = ServerConfig
 -- at most, and 60 s for a client to take some of them.
 defaultServerConfig :: ServerConfig
 defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024 (64 * 1048576) 60000000 0
-                                  Net.EvictNone
+                                  Net.EvictNone 64
 
 -- | Serve the Redis protocol on the address until this thread is killed;
 -- then stop accepting, let the runtime finish the events it accepted, and
@@ -90,7 +95,7 @@ defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> retu
 runServer :: ServerConfig -> SockAddr -> IO ()
 runServer cfg addr = do
   rt <- Color.newRuntime (serverRuntime cfg)
-  store <- newStore
+  store <- newStore (serverKeyColors cfg)
   live <- newIORef IntMap.empty
   let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
                 (serverOutputLimit cfg) (serverSendStall cfg) (resultsArrived env)

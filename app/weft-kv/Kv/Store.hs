@@ -6,6 +6,7 @@ module Kv.Store
   ( -- * Keys and colors
     keyColor
   , colorCount
+  , validKeyColors
     -- * Values
   , Value (..)
   , ZSet (..)
@@ -36,7 +37,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
 import qualified Data.Map.Strict as Map
-import Data.Primitive.Array (Array, arrayFromListN, indexArray)
+import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as Set
 import Data.Word (Word8, Word64)
@@ -52,27 +53,38 @@ import Kv.Resp (Reply (..))
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
--- A key's color is a hash of its bytes folded to 16 bits ('keyColor'),
+-- A key's color is a hash of its bytes folded to the store's number of
+-- key colors ('keyColor'; weft-kv's @--key-colors@, 64 by default),
 -- and every command on a key runs as an event of that color. Weft.Color
 -- never runs two events of one color at once, so the map of a color,
 -- 'Store' entry number 'keyColor', is only ever read and written by one
 -- event at a time, and in the order the events were posted: plain
 -- 'IORef's suffice, with no lock, no atomic operation and no retry. The
--- 65536 maps are small (a key set spread over all of them), so a
--- 'Map.Map' with its O(log n) compares costs little; unrelated keys in
--- different colors run in parallel on different cores.
+-- maps are small (a key set spread over all of them), so a 'Map.Map'
+-- with its O(log n) compares costs little; unrelated keys in different
+-- colors run in parallel on different cores. The number of key colors
+-- trades that grain against batching: a pipeline's commands on one color
+-- run as one event (Note [Batches per color] in "Kv.Batch"), so with
+-- fewer colors a pipeline of unrelated keys costs fewer events, and each
+-- color's map holds more keys.
 
--- | The number of colors keys are spread over: 65536, the width of a
+-- | The most colors keys can be spread over: 65536, the width of a
 -- Weft.Color color.
 colorCount :: Int
 colorCount = 65536
+
+-- | The color of a key in this store: its hash ('keyHash') folded to the
+-- store's number of key colors.
+keyColor :: Store -> ByteString -> Int
+keyColor (Store _ mask) key = keyHash key .&. mask
+{-# INLINE keyColor #-}
 
 -- | The color of a key: a 64-bit FNV-style hash of its bytes, taken eight
 -- at a time (then the tail byte by byte), mixed and cut to 16 bits. Word-wise,
 -- because a key's color is computed for every command on it: byte-wise
 -- FNV-1a was a tenth of weft-kv's instructions under MSET (callgrind).
-keyColor :: ByteString -> Int
-keyColor (BI.PS fp off len) =
+keyHash :: ByteString -> Int
+keyHash (BI.PS fp off len) =
   BI.accursedUnutterablePerformIO $ unsafeWithForeignPtr fp $ \base -> do
     let p = base `plusPtr` off :: Ptr Word8
         wordsEnd = len - len `rem` 8
@@ -178,12 +190,18 @@ data Survey
 ------------------------------------------------------------------------------
 -- The store
 
--- | The keys, one map per color.
-newtype Store = Store (Array (IORef (Map.Map ByteString Entry)))
+-- | The keys, one map per key color, and the mask that folds a key's
+-- hash to its color.
+data Store = Store !(Array (IORef (Map.Map ByteString Entry))) !Int
 
--- | An empty store.
-newStore :: IO Store
-newStore = Store . arrayFromListN colorCount <$> mapM (const (newIORef Map.empty)) [1 .. colorCount]
+-- | An empty store whose keys spread over the given number of colors: a
+-- power of two from 1 to 'colorCount' (checked by 'validKeyColors').
+newStore :: Int -> IO Store
+newStore n = (\maps -> Store maps (n - 1)) . arrayFromListN n <$> mapM (const (newIORef Map.empty)) [1 .. n]
+
+-- | Can a store spread its keys over this many colors?
+validKeyColors :: Int -> Bool
+validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 
 -- | Run an operation on a key, at the given time (keys whose deadline is
 -- not after it have expired). Must run as an event of the key's color
@@ -194,8 +212,8 @@ newStore = Store . arrayFromListN colorCount <$> mapM (const (newIORef Map.empty
 -- so that a caller passes one function for every key, not a closure per
 -- operation.)
 runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
-runKeyOp (Store maps) arm clocks key op = do
-  let ref = indexArray maps (keyColor key)
+runKeyOp store@(Store maps _) arm clocks key op = do
+  let ref = indexArray maps (keyColor store key)
   m <- readIORef ref
   -- A key already past its deadline is gone, whatever its timer says.
   -- (Strict, so that no tuple or selector thunks are built per command.)
@@ -277,8 +295,8 @@ data Found = Found !(Map.Map ByteString Entry) !(Maybe Value) !Expiry !Int
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
 expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
-expireDue (Store maps) arm key armedFor = do
-  let ref = indexArray maps (keyColor key)
+expireDue store@(Store maps _) arm key armedFor = do
+  let ref = indexArray maps (keyColor store key)
   m <- readIORef ref
   case Map.lookup key m of
     Just (Entry v (ExpiresAt deadline _)) | deadline == armedFor -> do
@@ -311,16 +329,16 @@ occupiedColors store = foldColors store (\acc i m -> if Map.null m then acc else
 
 -- | Fold over every color's map, from any thread (see 'survey').
 foldColors :: Store -> (a -> Int -> Map.Map ByteString Entry -> a) -> a -> IO a
-foldColors (Store maps) f = go 0
+foldColors (Store maps _) f = go 0
   where
     go !i !z
-      | i == colorCount = return z
+      | i == sizeofArray maps = return z
       | otherwise = readIORef (indexArray maps i) >>= \m -> go (i + 1) (f z i m)
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
 flushColor :: Store -> Int -> IO ()
-flushColor (Store maps) color = do
+flushColor (Store maps _) color = do
   let ref = indexArray maps color
   m <- readIORef ref
   forM_ m (\(Entry _ e) -> cancel e)
