@@ -104,24 +104,21 @@ runAll args0 = do
       kvArgs = [ "--quick" | not (setLong st) ] ++ reps
       colorArgs = [ "--quick" | not (setLong st) ] ++ reps
       packetArgs = [ "--quick" | not (setLong st) ] ++ [ "--reps" | setLong st ] ++ [ show (setReps st) | setLong st ]
-      headline =
+      -- What both runs measure, first.
+      common =
         [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
         , ("echo: one-connection round trip", echoBench st)
         , ("pong: HTTP keep-alive under wrk", pongBench st)
         , ("idle: 64 active connections beside idle ones", idleBench st)
-        , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
-        , ("wait: fd waits in one process", waitMain waitArgs)
+        , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st) ]
+      headline = common ++
+        [ ("wait: fd waits in one process", waitMain waitArgs)
         , ("timers: timeout at -N2", timersMain (["--only", "timeout", "--caps", "2"] ++ reps))
         , ("timers: a million threadDelay sleepers at -N1", timersMain ["--only", "delay", "--caps", "1", "--delay-threads", "1000000", "--reps", "1"])
         , ("kv: weft-kv vs redis-server under redis-benchmark", kvMain (kvArgs ++ ["--tests", "get,set,incr,lpush,mset"]))
         , ("color: the unbalanced microbenchmark on Weft.Color, every stealing policy", colorMain (colorArgs ++ ["--only", "unbalanced"])) ]
-      everything =
-        [ ("simple: SimpleServer, requests/s and server CPU per request", simpleBench st)
-        , ("echo: one-connection round trip", echoBench st)
-        , ("pong: HTTP keep-alive under wrk", pongBench st)
-        , ("idle: 64 active connections beside idle ones", idleBench st)
-        , ("warp: a WAI application on Weft.Warp, stock warp and nginx", warpBench st)
-        , ("spin: the dispatcher's spin policy", spinBenchWithoutWait (if setLong st then st else st { setDuration = 1 }))
+      everything = common ++
+        [ ("spin: the dispatcher's spin policy", spinBenchWithoutWait (if setLong st then st else st { setDuration = 1 }))
         , ("sws: the Mely paper's web server, a 1 KiB file under wrk", swsBench (not (setLong st)) st)
         , ("wait: fd waits in one process", waitMain waitArgs)
         , ("timers: timeout, threadDelay scaling, updateTimeout", timersMain timerArgs)

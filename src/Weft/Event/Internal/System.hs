@@ -136,13 +136,10 @@ systemManagers = catMaybes . foldr (:) [] <$> readIORef systemRef
 -- ready for. All system managers share one backend kind.
 systemCompletes :: IO Bool
 systemCompletes = do
-  arr <- readIORef systemRef
-  let running i
-        | i >= sizeofArray arr = Nothing
-        | otherwise = maybe (running (i + 1)) Just (indexArray arr i)
-  case running 0 of
-    Just m -> return (isJust (managerCompletions m))
-    Nothing -> (== UringBackend) <$> systemBackendKind
+  running <- systemManagers
+  case running of
+    m : _ -> return (isJust (managerCompletions m))
+    [] -> (== UringBackend) <$> systemBackendKind
 
 -- | The backend the system managers use (or will use, once started).
 systemBackendKind :: IO BackendKind

@@ -175,11 +175,12 @@ connect addr = do
 recv :: Socket -> Int -> IO B.ByteString
 recv s n
   | n <= 0 = throwIO (invalid "recv" "the byte count must be positive")
-  | not (mayUseRing s) = if n > scratchBytes then BI.createAndTrim n (\p -> recvBuf s p n) else loop
-  | otherwise = takeLeftover s n >>= maybe fresh return
+  -- Too large for the scratch buffer: 'recvBuf' (leftovers, ring and all)
+  -- into a fresh one.
+  | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
+  | not (mayUseRing s) = loop
+  | otherwise = takeLeftover s n >>= maybe (receiveOnRing s n >>= maybe loop (ringBytes s return)) return
   where
-    fresh | n > scratchBytes = BI.createAndTrim n (\p -> recvBuf s p n)
-          | otherwise = receiveOnRing s n >>= maybe loop (ringBytes s return)
     -- Note [Receiving through a scratch buffer]
     loop = do
       r <- withScratch $ \p -> do

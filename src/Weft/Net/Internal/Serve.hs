@@ -155,8 +155,7 @@ serve cfg addr handler = do
 nextCapability :: IO Int
 nextCapability = do
   caps <- getNumCapabilities
-  atomicModifyIORef' placement (\i -> let i' = if i + 1 >= caps then 0 else i + 1
-                                      in (i', min i (caps - 1)))
+  atomicModifyIORef' placement (\i -> let cap = i `rem` caps in ((cap + 1) `rem` caps, cap))
 
 {-# NOINLINE placement #-}
 placement :: IORef Int
