@@ -27,6 +27,8 @@ import Test.Hspec
 import Support
 import qualified Weft.Event as E
 import qualified Weft.Net as W
+import Weft.Net.Internal.Eviction (Choice (Refuse))
+import qualified Weft.Net.Internal.Serve as S
 import Weft.Internal.Error (hasErrno)
 import Foreign.C.Error (eBADF)
 
@@ -533,6 +535,22 @@ spec kind = describe "Weft.Net" $ do
         got `shouldBe` (BC.pack "header:" <> B.take count (B.drop from content))
         within 5 "sender" (wait sender) `shouldReturn` 0
         W.sendFile c fd 0 0 `shouldThrow` (\e -> ioe_type e == InvalidArgument)
+
+  it "a newcomer is served, not refused, when the server stops being full while no one may be closed" $ do
+    -- Full at the accept, nothing to close, room again a moment later (a
+    -- client left; fds came back after an accept found none).
+    looks <- newIORef (0 :: Int)
+    let full = atomicModifyIORef' looks (\n -> (n + 1, n == 0))
+    l <- W.listen loopback
+    addr <- W.localAddress l
+    (`finally` W.close l) $
+      bracket (S.newAdmission full (return Refuse) (BC.pack "refused")) S.closeAdmission $ \adm ->
+        bracket (connectClient addr) N.close $ \c -> do
+          (s, _) <- within 2 "admitted" (S.acceptAdmitting adm l)
+          (`finally` W.close s) $ do
+            _ <- W.send s (BC.pack "served")
+            within 2 "recv" (NB.recv c 100) `shouldReturn` BC.pack "served"
+          readIORef looks `shouldReturn` 2
 
   it "tryAccept says would-block with nothing pending, then takes a pending connection" $ do
     l <- W.listen loopback

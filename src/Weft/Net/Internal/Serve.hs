@@ -443,6 +443,9 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
           refuseClient (admRefusal adm) s
           _ <- refillReserve adm
           go backoff (refused + 1)
+    -- A newcomer is refused only if the server is still full once nothing
+    -- may be closed for it: room can appear meanwhile (a client leaves, fds
+    -- come back after an accept found none).
     makeRoom :: Int -> IO Bool -> IO Bool
     makeRoom waited stillFull = do
       choice <- admEvict adm
@@ -453,7 +456,7 @@ acceptAdmitting adm l = go Nothing (0 :: Int)
           pause us
           full <- stillFull
           if full then makeRoom (waited + us) stillFull else return True
-        _ -> return False
+        _ -> not <$> stillFull
     errnoIs e errs = maybe False (\n -> Errno n `elem` errs) (ioe_errno e)
 
 -- | Refuse a client without waiting for it: send the refusal if its socket
