@@ -3,11 +3,16 @@
 interleaved, to tell whether a change moved a benchmark.
 
 usage: bench/ab.py BASE_BIN HEAD_BIN [--reps N] [--secs S] [--only CELL,...]
+                   [--base-env K=V,...] [--head-env K=V,...]
+
+The two builds may be one directory given twice, with the arms told apart
+by their environments (--base-env, --head-env: added to each cell's own).
 
 For each cell, the server of each build is started (pinned with taskset: -N1
 on core 0, -N2 on cores 0,1), then REPS rounds run the load (on core 1)
 against each, alternating which build goes first. Server CPU-us per request
-comes from /proc/PID/stat. Prints every run, then per cell the medians of
+comes from /proc/PID/stat, rescheduling IPIs per request from the RES line of
+/proc/interrupts on the server's cores (anything else on them counts too). Prints every run, then per cell the medians of
 req/s, CPU-us/req and p99, and HEAD/BASE ratios of the medians with the
 min-max of the per-round ratios. Cells (default: all):
 
@@ -28,6 +33,9 @@ def opt(name, default):
     if name in args:
         i = args.index(name); v = args[i + 1]; del args[i:i + 2]; return v
     return default
+def envs(v):
+    return dict(kv.split("=", 1) for kv in v.split(",") if kv)
+arm_env = {"base": envs(opt("--base-env", "")), "head": envs(opt("--head-env", ""))}
 reps = int(opt("--reps", "5")); secs = int(opt("--secs", "3")); only = opt("--only", "")
 if len(args) != 2:
     sys.exit(__doc__)
@@ -41,6 +49,14 @@ def cpu(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])   # utime + stime, in ticks
+
+def ipis(cores):
+    with open("/proc/interrupts") as f:
+        for line in f:
+            if line.strip().startswith("RES:"):
+                counts = line.split()[1:]
+                return sum(int(counts[int(c)]) for c in cores.split(","))
+    return 0
 
 def run_loadgen(port, extra):
     out = subprocess.run(["taskset", "-c", "1", loadgen, "127.0.0.1", str(port), "--duration", str(secs),
@@ -102,7 +118,7 @@ for name in chosen:
     procs = {}
     for arm in ("base", "head"):
         port += 1
-        procs[arm] = (subprocess.Popen(["taskset", "-c", cores] + argv(bins[arm], port), env=dict(os.environ, **env),
+        procs[arm] = (subprocess.Popen(["taskset", "-c", cores] + argv(bins[arm], port), env=dict(os.environ, **env, **arm_env[arm]),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port)
     time.sleep(1.0)
     res = {"base": [], "head": []}
@@ -110,24 +126,25 @@ for name in chosen:
         for r in range(reps):
             for arm in (("base", "head") if r % 2 == 0 else ("head", "base")):
                 p, prt = procs[arm]
-                c0 = cpu(p.pid); rps, reqs, p99 = load(prt); c1 = cpu(p.pid)
+                c0 = cpu(p.pid); i0 = ipis(cores); rps, reqs, p99 = load(prt); i1 = ipis(cores); c1 = cpu(p.pid)
                 us = (c1 - c0) * 1e6 / os.sysconf("SC_CLK_TCK") / max(reqs, 1)
-                res[arm].append((rps, us, p99))
-                print("  %-18s %d/%d %-4s %10.0f req/s %7.2f CPU-us/req p99 %8.0f us" % (name, r + 1, reps, arm, rps, us, p99),
-                      flush=True)
+                ipr = (i1 - i0) / max(reqs, 1)
+                res[arm].append((rps, us, p99, ipr))
+                print("  %-18s %d/%d %-4s %10.0f req/s %7.2f CPU-us/req p99 %8.0f us %6.3f IPI/req" % (
+                    name, r + 1, reps, arm, rps, us, p99, ipr), flush=True)
     finally:
         for p, _ in procs.values():
             p.send_signal(signal.SIGINT)
         for p, _ in procs.values():
             try: p.wait(5)
             except subprocess.TimeoutExpired: p.kill(); p.wait()
-    med = {a: [statistics.median(x[i] for x in res[a]) for i in range(3)] for a in res}
+    med = {a: [statistics.median(x[i] for x in res[a]) for i in range(4)] for a in res}
     ratio = lambda i: med["head"][i] / med["base"][i] if med["base"][i] else float("nan")
     rounds = lambda i: [h[i] / b[i] for h, b in zip(res["head"], res["base"]) if b[i]]
     span = lambda i: "%.2f-%.2f" % (min(rounds(i)), max(rounds(i))) if rounds(i) else "-"
-    summary.append("| %s | %.0f | %.0f | %.2f (%s) | %.2f | %.2f | %.2f (%s) | %.0f | %.0f |" % (
+    summary.append("| %s | %.0f | %.0f | %.2f (%s) | %.2f | %.2f | %.2f (%s) | %.0f | %.0f | %.3f | %.3f |" % (
         name, med["base"][0], med["head"][0], ratio(0), span(0), med["base"][1], med["head"][1], ratio(1), span(1),
-        med["base"][2], med["head"][2]))
-print("\n| cell | base req/s | head req/s | head/base (rounds) | base CPU-us/req | head CPU-us/req | head/base (rounds) | base p99 us | head p99 us |")
-print("|---|---|---|---|---|---|---|---|---|")
+        med["base"][2], med["head"][2], med["base"][3], med["head"][3]))
+print("\n| cell | base req/s | head req/s | head/base (rounds) | base CPU-us/req | head CPU-us/req | head/base (rounds) | base p99 us | head p99 us | base IPI/req | head IPI/req |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 print("\n".join(summary))

@@ -72,6 +72,7 @@ struct weft_uring {
     long interest_changes;   /* poll adds and removes queued */
     long resubmits;          /* requests resubmitted after a thread exit */
     long enters;             /* io_uring_enter calls */
+    int coop;                /* set up with COOP_TASKRUN | TASKRUN_FLAG */
     uint32_t generation;     /* of the last arm */
     struct io_uring_buf_ring *bufring;   /* NULL: no completion I/O */
     char *bufs;
@@ -88,8 +89,11 @@ struct weft_uring_event {
     uint32_t pad;
 };
 
-/* Test hook: a nonzero errno makes every ring set-up fail with it. */
+/* Test hooks: a nonzero errno makes every ring set-up fail with it;
+ * another makes the cooperative set-up fail with it (EINVAL: as a kernel
+ * before 5.19 does). */
 int weft_uring_fail_setup = 0;
+int weft_uring_refuse_coop = 0;
 
 struct weft_uring *weft_uring_open(unsigned entries, int *err)
 {
@@ -103,7 +107,17 @@ struct weft_uring *weft_uring_open(unsigned entries, int *err)
     memset(&p, 0, sizeof p);
     p.flags = IORING_SETUP_CQSIZE | IORING_SETUP_SUBMIT_ALL;
     p.cq_entries = entries * 4;
-    int r = io_uring_queue_init_params(entries, &u->ring, &p);
+    /* Completions run when this ring's threads enter the kernel, instead
+     * of interrupting them (Note [Completions without interrupts] in
+     * Weft.Event.Internal.Backend.Uring); kernels before 5.19 refuse the
+     * flags (EINVAL), and get a ring without them. */
+    struct io_uring_params q = p;
+    q.flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    int r = weft_uring_refuse_coop ? -weft_uring_refuse_coop
+                                   : io_uring_queue_init_params(entries, &u->ring, &q);
+    if (r == 0) u->coop = (u->ring.flags & IORING_SETUP_COOP_TASKRUN) != 0;
+    if (r == -EINVAL)
+        r = io_uring_queue_init_params(entries, &u->ring, &p);
     if (r < 0) { free(u); *err = -r; return NULL; }
     /* Blocking: a ring's read of a non-blocking file fails with EAGAIN
      * instead of waiting for data. */
@@ -479,7 +493,11 @@ int weft_uring_poll(struct weft_uring *u, struct weft_uring_event *out, int max,
 {
     pthread_mutex_lock(&u->lock);
     if (!u->wake_armed) queue_wake_read(u);
-    if (io_uring_cq_has_overflow(&u->ring)) {
+    /* Completions waiting as task work of this thread (TASKRUN) are run
+     * by entering the kernel; otherwise a dispatcher that polls without
+     * system calls would not see them until it blocks. */
+    if (io_uring_cq_has_overflow(&u->ring)
+        || (u->coop && (IO_URING_READ_ONCE(*u->ring.sq.kflags) & IORING_SQ_TASKRUN))) {
         u->enters++;
         io_uring_get_events(&u->ring);
     }
@@ -533,6 +551,11 @@ long weft_uring_resubmits(struct weft_uring *u)
     long n = u->resubmits;
     pthread_mutex_unlock(&u->lock);
     return n;
+}
+
+int weft_uring_cooperative(struct weft_uring *u)
+{
+    return u->coop;
 }
 
 long weft_uring_enters(struct weft_uring *u)

@@ -10,7 +10,7 @@ import Control.Monad
 import Data.IORef
 import Data.List (sort)
 import Data.Maybe (isNothing)
-import Foreign.C.Error (Errno (..), eCONNRESET, eNOSYS, eOK, ePERM, ePIPE)
+import Foreign.C.Error (Errno (..), eCONNRESET, eINVAL, eNOSYS, eOK, ePERM, ePIPE)
 import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.IO.Exception (IOException (..))
 import qualified Data.ByteString as B
@@ -25,7 +25,7 @@ import qualified Weft as W
 import qualified Weft.Color as Color
 import qualified Weft.Net as W
 import qualified Weft.Event as E
-import Weft.Event.Internal.Backend.Uring (setUringReceiveBuffers, setUringSetupFailure)
+import Weft.Event.Internal.Backend.Uring (setUringCooperation, setUringReceiveBuffers, setUringSetupFailure)
 
 import Support
 import Test.Net (connectClient, withPair)
@@ -57,6 +57,24 @@ spec usable = describe "io_uring backend" $ do
         E.systemBackendFallback >>= (`shouldSatisfy` isNothing)
         map E.managerBackendKind <$> E.systemManagers
           >>= (`shouldSatisfy` all (== E.UringBackend))
+
+  describe "a kernel without cooperative task running" $
+    it "rings run completions cooperatively where the kernel can; refused (EINVAL), rings are set up without it and still serve" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      can <- kernelAtLeast (5, 19)
+      let cooperative = map (maybe False E.ringCooperative) <$> (mapM E.getRingStats =<< E.systemManagers)
+      forM_ [(eINVAL, False), (eOK, can)] $ \(refusal, expected) -> do
+        (setUringCooperation refusal >> E.setSystemBackend E.UringBackend >> startManagers)
+          `finally` setUringCooperation eOK
+        map E.managerBackendKind <$> E.systemManagers >>= (`shouldSatisfy` all (== E.UringBackend))
+        cooperative >>= (`shouldSatisfy` all (== expected))
+        -- A receive that has to wait, on every capability's ring.
+        n <- getNumCapabilities
+        forM_ [0 .. n - 1] $ \cap -> withPair $ \(c, srv) -> do
+          (_, got) <- forkResult cap (W.recv srv 10)
+          threadDelay 2000
+          W.sendAll c (BC.pack "ping")
+          within 5 "a receive on the ring" (takeMVar got) >>= either throwIO (`shouldBe` BC.pack "ping")
 
   describe "submitting threads that exit" $
     it "waits armed while the RTS makes and retires OS threads are resubmitted, and all complete, once" $ do
@@ -477,6 +495,13 @@ spec usable = describe "io_uring backend" $ do
       let go = do t <- getMonotonicTimeNSec
                   when (t - t0 < fromIntegral us * 1000) go
       go
+    kernelAtLeast want = do
+      release <- readFile "/proc/sys/kernel/osrelease"
+      let (major, rest) = span (/= '.') release
+          minor = takeWhile (`elem` ['0' .. '9']) (drop 1 rest)
+      return (case (reads major, reads minor) of
+                ([(a, "")], [(b, "")]) -> (a, b) >= (want :: (Int, Int))
+                _ -> False)
     withRefusal err act =
       (setUringSetupFailure err >> act) `finally` setUringSetupFailure eOK
     hasErrno (Errno e) (x :: IOException) = ioe_errno x == Just e

@@ -74,11 +74,15 @@ data RingStats = RingStats
   , ringInflight :: !Int
     -- ^ Receives, sends and accepts on the ring now: submitted, and their
     -- completions not yet handled.
+  , ringCooperative :: !Bool
+    -- ^ Completions are run when the ring's threads enter the kernel, not
+    -- by interrupting them (Note [Completions without interrupts] in
+    -- "Weft.Event.Internal.Backend.Uring"); 'False' on kernels before 5.19.
   }
 
 -- | A backend without a ring.
 noRingStats :: RingStats
-noRingStats = RingStats 0 0 0 0 0 0 0
+noRingStats = RingStats 0 0 0 0 0 0 0 False
 
 -- | Receives, sends and accepts a backend performs itself (Note [Receives
 -- on the ring], Note [Sends on the ring] and Note [Accepts on the ring] in

@@ -45,6 +45,30 @@
 -- submitted again beside the new one, and the stray request would hold
 -- the file open after a close.)
 --
+-- Note [Completions without interrupts]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A request that has to wait (a receive before its bytes, a poll before
+-- its event) completes as task work of the OS thread that submitted it.
+-- By default the kernel interrupts that thread to run it if it is running
+-- (an IPI to its core); rings are set up with @COOP_TASKRUN@ instead, so
+-- the task work waits until the thread next enters the kernel, and with
+-- @TASKRUN_FLAG@, so the ring says when some waits. Nothing can wait for
+-- long: a thread asleep in the kernel (a blocking call, a futex) is woken
+-- to run it, as before; a running one runs it at its next system call or
+-- timer tick. The dispatcher is usually the thread that submitted (it
+-- submits the queue, Note [Deferred submission]); its non-blocking poll
+-- enters the kernel when the flag is up, so a spinning dispatcher still
+-- sees completions at once, and its blocking poll runs them in the wait.
+-- A kernel that refuses the flags (before 5.19) gets a ring without them
+-- ('ringCooperative' says which).
+--
+-- @DEFER_TASKRUN@ would go further (task work only when the ring's one
+-- issuer asks), but it requires that one OS thread make every submission
+-- and wait, and GHC runs a capability's threads on whichever OS thread
+-- holds it: only a bound dispatcher could, and a bound thread costs two
+-- OS thread switches each time it and the capability's other threads
+-- take turns (docs/benchmarks.md, "io_uring against epoll").
+--
 -- Note [Fds closed behind weft's back, on a ring]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 -- epoll forgets a closed fd, and weft learns of it at the next arm
@@ -57,6 +81,7 @@
 module Weft.Event.Internal.Backend.Uring
   ( newUringBackend
   , setUringSetupFailure
+  , setUringCooperation
   , setUringReceiveBuffers
   ) where
 
@@ -74,6 +99,7 @@ import System.Posix.Types (Fd (..))
 
 import Weft.Event.Internal
 import Weft.Event.Internal.Backend.Uring.Requests
+import Weft.Event.Internal.Completions (RingStats (..), noRingStats)
 import Weft.Internal.Error (syscallError)
 
 #define _GNU_SOURCE
@@ -140,7 +166,10 @@ newUringBackend = do
     , backendWakeOnArm = True
     , backendClose = mapM_ abandonAll table >> c_close ring
     , backendKernelCalls = fromIntegral <$> c_interest_changes ring
-    , backendCompletions = Just (tableCompletions table (fromIntegral <$> c_resubmits ring))
+    , backendCompletions = Just $ tableCompletions table $ do
+        n <- c_resubmits ring
+        coop <- c_cooperative ring
+        return noRingStats { ringResubmits = fromIntegral n, ringCooperative = coop /= 0 }
     }
 
 
@@ -172,7 +201,16 @@ fromPoll f = (if f .&. (#{const POLLIN} .|. #{const POLLRDHUP} .|. errHup) /= 0 
 setUringSetupFailure :: Errno -> IO ()
 setUringSetupFailure (Errno e) = poke failSetup (if Errno e == eOK then 0 else e)
 
+-- | Test hook: make the cooperative set-up of later rings fail with this
+-- errno ('eINVAL': as a kernel before 5.19 does, and the ring is set up
+-- without it; 'eOK': try it again).
+setUringCooperation :: Errno -> IO ()
+setUringCooperation (Errno e) = poke refuseCoop (if Errno e == eOK then 0 else e)
+
 foreign import ccall "&weft_uring_fail_setup" failSetup :: Ptr CInt
+foreign import ccall "&weft_uring_refuse_coop" refuseCoop :: Ptr CInt
+foreign import ccall unsafe "weft_uring_cooperative"
+  c_cooperative :: Ptr Ring -> IO CInt
 foreign import ccall unsafe "weft_uring_open"
   c_open :: CUInt -> Ptr CInt -> IO (Ptr Ring)
 foreign import ccall unsafe "weft_uring_close"

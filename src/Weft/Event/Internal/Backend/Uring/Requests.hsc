@@ -147,19 +147,22 @@ newTable ring = do
         wake <- newIORef Nothing
     return (Just t)
 
--- | The requests the ring performs, and their counts given how to read the
--- poll requests' resubmissions. A ring without a table performs none:
--- every request says 'RingBusy', so the socket uses readiness.
-tableCompletions :: Maybe Table -> IO Int -> Completions
-tableCompletions (Just t) polls = Completions (submitRecv t) (submitSend t) (submitAccept t) $ do
+-- | The requests the ring performs, and their counts added to what the
+-- ring's C side counts (its poll requests' resubmissions, and whether it
+-- is cooperative). A ring without a table performs none: every request
+-- says 'RingBusy', so the socket uses readiness.
+tableCompletions :: Maybe Table -> IO RingStats -> Completions
+tableCompletions (Just t) ring = Completions (submitRecv t) (submitSend t) (submitAccept t) $ do
   let r = readCounter (tblCounts t)
-  RingStats <$> ((+) <$> polls <*> r cResubmits) <*> r cKept <*> r cNoBuffer
+  base <- ring
+  RingStats <$> ((ringResubmits base +) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
             <*> r cReceives <*> r cSends <*> r cAccepts <*> r cOnRing
-tableCompletions Nothing polls = Completions
+            <*> pure (ringCooperative base)
+tableCompletions Nothing ring = Completions
   { complRecv = \_ _ _ _ _ -> return RingBusy
   , complSend = \_ _ _ _ _ _ -> return RingBusy
   , complAccept = \_ _ _ _ _ -> return RingBusy
-  , complStats = (\n -> noRingStats { ringResubmits = n }) <$> polls
+  , complStats = ring
   }
 
 -- | Provided buffers per ring (a power of two; 256 unless a test changed
