@@ -39,6 +39,7 @@ module Bench.Net
   , stopServer
   , cpuTicks
   , measureOutput
+  , Measured (..)
   , loadgen
   , pongLocation
   , clientCores
@@ -103,6 +104,9 @@ data Server = Server
   { srvHandle :: ProcessHandle
   , srvPid    :: Int
   , srvPort   :: Int
+  , srvCores  :: [Int]
+    -- ^ The CPUs it is pinned to, whose rescheduling interrupts count as
+    -- its own ('reschedulingIpis').
   }
 
 -- | The directory holding weft-bench and its sibling programs.
@@ -132,7 +136,7 @@ startServerOn label cores port argv = do
   (_, _, _, ph) <- createProcess (commandLine cmd)
     { std_in = NoStream, std_out = UseHandle logH, std_err = UseHandle logH }
   pid <- maybe (die' ("could not start " ++ unwords cmd)) (return . fromIntegral) =<< getPid ph
-  let server = Server ph pid port
+  let server = Server ph pid port (map read (splitOn ',' cores))
       wait (0 :: Int) = stopServer server >> die' ("server " ++ label ++ " did not start; see " ++ logPath)
       wait k = do
         exited <- getProcessExitCode ph
@@ -212,23 +216,33 @@ raiseFdLimit = do
 
 data Sample = Sample
   { smRps :: !Double, smCpuPerReq :: !Double, smMean :: !Double, smP50 :: !Double
-  , smP99 :: !Double, smP999 :: !Double, smRss :: !Double, smErrors :: !Double }
+  , smP99 :: !Double, smP999 :: !Double, smRss :: !Double, smErrors :: !Double
+  , smIpis :: !Double
+    -- ^ Rescheduling interrupts on the server's cores over the measured
+    -- window (whatever else ran there counts too).
+  }
 
 -- | Run a load generator against a server (the client command line is
 -- complete) and parse its key=value report; see 'measureOutput'.
-measure :: Server -> Double -> Double -> [String] -> IO (Map.Map String Double, Double, Double)
+measure :: Server -> Double -> Double -> [String] -> IO (Map.Map String Double, Measured)
 measure srv warmup duration clientCmd = do
-  (output, cpu, rss) <- measureOutput srv warmup duration clientCmd
+  m@(Measured output _ _ _) <- measureOutput srv warmup duration clientCmd
   let kv = Map.fromList [ (k, read v) | w <- words output, (k, '=' : v) <- [break (== '=') w]
                                       , [(_, "")] <- [reads v :: [(Double, String)]] ]
   unless (Map.member "requests" kv) $
     die' ("load generator printed no report: " ++ unwords clientCmd ++ "\n" ++ output)
-  return (kv, cpu, rss)
+  return (kv, m)
 
--- | Run a load generator against a server: its output, the server's CPU
--- time in microseconds from the end of the warm-up to the client's exit,
--- and the server's RSS halfway through. Exits if the client fails.
-measureOutput :: Server -> Double -> Double -> [String] -> IO (String, Double, Double)
+-- | What a load generator's run gave: its output, the server's CPU time in
+-- microseconds from the end of the warm-up to the client's exit, the
+-- server's RSS (KiB) halfway through, and the rescheduling interrupts on
+-- the server's cores over the same window as the CPU time.
+data Measured = Measured
+  { msOutput :: String, msCpuMicros :: !Double, msRss :: !Double, msIpis :: !Double }
+
+-- | Run a load generator against a server ('Measured'). Exits if the
+-- client fails.
+measureOutput :: Server -> Double -> Double -> [String] -> IO Measured
 measureOutput srv warmup duration clientCmd = do
   (_, Just out, Just err, ph) <- createProcess (commandLine clientCmd)
     { std_out = CreatePipe, std_err = CreatePipe }
@@ -236,23 +250,36 @@ measureOutput srv warmup duration clientCmd = do
   _ <- forkIO (hGetContents err >>= \t -> length t `seq` putMVar errText t)
   threadDelay (round (warmup * 1e6))
   c0 <- cpuTicks (srvPid srv)
+  i0 <- reschedulingIpis (srvCores srv)
   threadDelay (round (duration * 5e5))
   rss <- rssKiB (srvPid srv)
   output <- hGetContents out
   length output `seq` return ()
   code <- waitForProcess ph
   c1 <- cpuTicks (srvPid srv)
+  i1 <- reschedulingIpis (srvCores srv)
   errs <- takeMVar errText
   when (code /= ExitSuccess) $
     die' ("load generator failed (" ++ show code ++ "): " ++ unwords clientCmd ++ "\n" ++ errs ++ output)
-  return (output, fromIntegral (c1 - c0) * 10000, rss)
+  return (Measured output (fromIntegral (c1 - c0) * 10000) rss (fromIntegral (i1 - i0)))
 
-toSample :: (Map.Map String Double, Double, Double) -> Sample
-toSample (kv, cpuMicros, rss) = Sample
-  { smRps = get "rps", smCpuPerReq = cpuMicros / max 1 (get "requests")
+-- | Rescheduling interrupts (IPIs) taken so far by the given CPUs, from
+-- the @RES@ line of @/proc/interrupts@ (0 where there is none).
+reschedulingIpis :: [Int] -> IO Integer
+reschedulingIpis cpus = do
+  text <- readFile "/proc/interrupts"
+  length text `seq` return ()
+  return $ case [ ws | l <- lines text, ("RES:" : ws) <- [words l] ] of
+    (counts : _) -> sum [ n | (i, c) <- zip [0 :: Int ..] counts, i `elem` cpus, [(n, "")] <- [reads c] ]
+    [] -> 0
+
+toSample :: (Map.Map String Double, Measured) -> Sample
+toSample (kv, m) = Sample
+  { smRps = get "rps", smCpuPerReq = msCpuMicros m / requests
   , smMean = get "mean_us", smP50 = get "p50_us", smP99 = get "p99_us", smP999 = get "p999_us"
-  , smRss = rss, smErrors = get "errors" }
+  , smRss = msRss m, smErrors = get "errors", smIpis = msIpis m / requests }
   where get k = Map.findWithDefault 0 k kv
+        requests = max 1 (get "requests")
 
 loadgen :: FilePath -> Settings -> Server -> Int -> [String] -> IO Sample
 loadgen bin st srv n extra = toSample <$> measure srv (setWarmup st) (setDuration st)
@@ -278,8 +305,8 @@ interleave name reps cells = do
       rotate k xs = let i = k `mod` max 1 (length xs) in drop i xs ++ take i xs
   forM_ [1 .. reps] $ \rep -> forM_ (concatMap (rotate (rep - 1)) groups) $ \c -> do
     s <- cellRun c
-    printf "  [%s %d/%d] %-14s %-10s %9.0f req/s %7.2f CPU-us/req  p50 %7.1f  p99 %8.1f  p999 %8.1f us%s\n"
-      name rep reps (cellGroup c) (cellArm c) (smRps s) (smCpuPerReq s) (smP50 s) (smP99 s) (smP999 s)
+    printf "  [%s %d/%d] %-14s %-10s %9.0f req/s %7.2f CPU-us/req  p50 %7.1f  p99 %8.1f  p999 %8.1f us  %.3f IPI/req%s\n"
+      name rep reps (cellGroup c) (cellArm c) (smRps s) (smCpuPerReq s) (smP50 s) (smP99 s) (smP999 s) (smIpis s)
       (if smErrors s > 0 then printf "  (%.0f errors)" (smErrors s) else "" :: String)
     modifyIORef' results (Map.insertWith (flip (++)) (cellGroup c, cellArm c) [s])
   readIORef results
@@ -301,14 +328,15 @@ reportWith baselines name groups arms withRss results = do
                , printf "%.0f" (med g a smRps), spread (printf "%.0f") (get g a smRps)
                , printf "%.2f" (med g a smCpuPerReq)
                , printf "%.1f" (med g a smMean), printf "%.1f" (med g a smP50)
-               , printf "%.1f" (med g a smP99), printf "%.1f" (med g a smP999) ]
+               , printf "%.1f" (med g a smP99), printf "%.1f" (med g a smP999)
+               , printf "%.3f" (med g a smIpis) ]
                ++ [ printf "%.0f" (med g a smRss / 1024) | withRss ]
                ++ concat [ [ ratio (med g a smRps) (med g b smRps)
                            , ratio (med g a smCpuPerReq) (med g b smCpuPerReq) ]
                          | b <- baselines ]
              | g <- groups, a <- arms, Map.member (g, a) results ]
       ratio x y = if y > 0 then printf "%.2f" (x / y) else "-"
-      header = [ "config", "arm", "req/s", "min–max", "CPU us/req", "mean us", "p50 us", "p99 us", "p999 us" ]
+      header = [ "config", "arm", "req/s", "min–max", "CPU us/req", "mean us", "p50 us", "p99 us", "p999 us", "IPI/req" ]
                ++ [ "RSS MiB" | withRss ]
                ++ concat [ [ "req/s ÷ " ++ b, "CPU/req ÷ " ++ b ] | b <- baselines ]
       table = renderTable header rows

@@ -58,7 +58,7 @@ h2Sample st srv conns = do
   let logPath = dir </> ("h2load-" ++ show (srvPort srv) ++ ".log")
       secs = max 1 (round (setDuration st)) :: Int
       url = "http://127.0.0.1:" ++ show (srvPort srv) ++ "/"
-  (out, cpuMicros, rss) <- measureOutput srv 1 (fromIntegral secs)
+  Measured out cpuMicros rss ipis <- measureOutput srv 1 (fromIntegral secs)
     [ "taskset", "-c", clientCores 1, "h2load", "-c" ++ show conns, "-t1", "-m1"
     , "--warm-up-time=1", "-D", show secs, "--log-file=" ++ logPath, url ]
   times <- sort . map (read . (!! 2) . words) . lines <$> readFile logPath :: IO [Double]
@@ -76,4 +76,5 @@ h2Sample st srv conns = do
   return Sample
     { smRps = rps, smCpuPerReq = cpuMicros / max 1 total
     , smMean = if null times then 0 else sum times / fromIntegral (length times)
-    , smP50 = pct 0.5, smP99 = pct 0.99, smP999 = pct 0.999, smRss = rss, smErrors = failed }
+    , smP50 = pct 0.5, smP99 = pct 0.99, smP999 = pct 0.999, smRss = rss, smErrors = failed
+    , smIpis = ipis / max 1 total }
