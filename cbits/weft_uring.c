@@ -493,9 +493,11 @@ int weft_uring_poll(struct weft_uring *u, struct weft_uring_event *out, int max,
 {
     pthread_mutex_lock(&u->lock);
     if (!u->wake_armed) queue_wake_read(u);
-    /* Completions waiting as task work of this thread (TASKRUN) are run
-     * by entering the kernel; otherwise a dispatcher that polls without
-     * system calls would not see them until it blocks. */
+    /* Completions wait as task work (TASKRUN): entering the kernel runs
+     * this thread's, or else a dispatcher that polls without system calls
+     * would not see them until it blocks. Another submitting thread's
+     * stay until that thread enters the kernel (at most a timer tick for
+     * a running one), so a few enters may find nothing meanwhile. */
     if (io_uring_cq_has_overflow(&u->ring)
         || (u->coop && (IO_URING_READ_ONCE(*u->ring.sq.kflags) & IORING_SQ_TASKRUN))) {
         u->enters++;
