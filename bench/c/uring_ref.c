@@ -14,6 +14,11 @@
  *                      the ring's set-up: interrupts, COOP_TASKRUN |
  *                      TASKRUN_FLAG (weft's), or DEFER_TASKRUN |
  *                      SINGLE_ISSUER (needs this one thread to do all)
+ *   --files plain | fixed
+ *                      receives and sends name the socket by its fd, or
+ *                      by its slot in the ring's registered file table
+ *                      (registered at accept, removed at close: a system
+ *                      call each)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -29,7 +34,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define USAGE "usage: weft-uring-ref PORT REQ_BYTES REPLY_BYTES [--recv single|multishot] [--taskrun plain|coop|defer]\n"
+#define USAGE "usage: weft-uring-ref PORT REQ_BYTES REPLY_BYTES [--recv single|multishot] [--taskrun plain|coop|defer] [--files plain|fixed]\n"
 
 #define ENTRIES   4096
 #define NBUFS     1024
@@ -52,6 +57,8 @@ static struct conn *conns;
 static char *reply;
 static unsigned req_bytes, reply_bytes;
 static int multishot;
+static int fixed_files;
+static int max_fd = MAX_FDS;   /* fds at or above are closed at accept */
 static volatile sig_atomic_t stop;
 
 static void on_signal(int sig) { (void) sig; stop = 1; }
@@ -89,7 +96,7 @@ static void arm_recv(int fd)
         io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
     else
         io_uring_prep_recv(sqe, fd, NULL, BUFSIZE, 0);
-    sqe->flags |= IOSQE_BUFFER_SELECT;
+    sqe->flags |= IOSQE_BUFFER_SELECT | (fixed_files ? IOSQE_FIXED_FILE : 0);
     sqe->buf_group = BGID;
     io_uring_sqe_set_data64(sqe, ud(OP_RECV, fd));
     conns[fd].armed = 1;
@@ -99,6 +106,7 @@ static void arm_send(int fd)
 {
     struct io_uring_sqe *sqe = sqe_get();
     io_uring_prep_send(sqe, fd, reply, reply_bytes, MSG_NOSIGNAL);
+    if (fixed_files) sqe->flags |= IOSQE_FIXED_FILE;
     io_uring_sqe_set_data64(sqe, ud(OP_SEND, fd));
     conns[fd].sending = 1;
 }
@@ -110,9 +118,17 @@ static void recycle(unsigned bid)
     io_uring_buf_ring_advance(bufring, 1);
 }
 
+/* The socket's slot in the registered file table is its fd number. */
+static void set_slot(int fd, int file)
+{
+    int r = io_uring_register_files_update(&ring, (unsigned) fd, &file, 1);
+    if (r < 0) die("io_uring_register_files_update", -r);
+}
+
 static void drop(int fd)
 {
     memset(&conns[fd], 0, sizeof conns[fd]);
+    if (fixed_files) set_slot(fd, -1);
     close(fd);
 }
 
@@ -130,12 +146,18 @@ int main(int argc, char **argv)
             flags |= IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
         else if (!strcmp(argv[i], "--taskrun") && !strcmp(argv[i + 1], "defer"))
             flags |= IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SINGLE_ISSUER;
+        else if (!strcmp(argv[i], "--files"))
+            fixed_files = !strcmp(argv[i + 1], "fixed");
         else if (strcmp(argv[i], "--taskrun")) { fputs(USAGE, stderr); return 2; }
     }
     if (req_bytes == 0 || req_bytes > BUFSIZE) { fputs("weft-uring-ref: REQ_BYTES must be 1..4096\n", stderr); return 2; }
 
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) { rl.rlim_cur = rl.rlim_max; setrlimit(RLIMIT_NOFILE, &rl); }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        if (rl.rlim_cur < (rlim_t) max_fd) max_fd = (int) rl.rlim_cur;
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     signal(SIGPIPE, SIG_IGN);
@@ -159,6 +181,8 @@ int main(int argc, char **argv)
         io_uring_buf_ring_add(bufring, bufs + (size_t) i * BUFSIZE, BUFSIZE, i, io_uring_buf_ring_mask(NBUFS), i);
     io_uring_buf_ring_advance(bufring, NBUFS);
 
+    if (fixed_files && (r = io_uring_register_files_sparse(&ring, (unsigned) max_fd)) < 0)
+        die("io_uring_register_files_sparse", -r);
     conns = calloc(MAX_FDS, sizeof *conns);
     reply = malloc(reply_bytes ? reply_bytes : 1);
     if (!conns || !reply) die("memory", ENOMEM);
@@ -174,8 +198,8 @@ int main(int argc, char **argv)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (bind(lfd, (struct sockaddr *) &a, sizeof a) < 0) die("bind", errno);
     if (listen(lfd, 4096) < 0) die("listen", errno);
-    fprintf(stderr, "weft-uring-ref: port %d, %s receives, taskrun flags 0x%x\n",
-            port, multishot ? "multishot" : "single-shot", flags);
+    fprintf(stderr, "weft-uring-ref: port %d, %s receives, taskrun flags 0x%x, %s files\n",
+            port, multishot ? "multishot" : "single-shot", flags, fixed_files ? "registered" : "plain");
     arm_accept(lfd);
 
     while (!stop) {
@@ -189,8 +213,9 @@ int main(int argc, char **argv)
             int fd = (int) (uint32_t) cqe->user_data;
             int res = cqe->res;
             if (op == OP_ACCEPT) {
-                if (res >= 0 && res < MAX_FDS) {
+                if (res >= 0 && res < max_fd) {
                     setsockopt(res, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+                    if (fixed_files) set_slot(res, res);
                     arm_recv(res);
                 } else if (res >= 0) {
                     close(res);
