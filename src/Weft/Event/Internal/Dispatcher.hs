@@ -31,6 +31,7 @@ import GHC.Conc (labelThread)
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
 
+import Weft.Internal.Capability (currentCapability)
 import Weft.Event.Internal.Backends (newBackend)
 import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
@@ -170,7 +171,7 @@ dispatcher mgr = do
     -- After 'setNumCapabilities' shrank and grew again, the dispatcher may
     -- have been moved off its capability; it restarts itself there.
     onOwnCapability = do
-      (cap, _) <- threadCapability =<< myThreadId
+      cap <- currentCapability
       n <- getNumCapabilities
       return (cap == mgrCap mgr || mgrCap mgr >= n)
 

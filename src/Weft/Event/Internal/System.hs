@@ -35,7 +35,7 @@ module Weft.Event.Internal.System
   , systemBackendFallback
   ) where
 
-import Control.Concurrent (myThreadId, rtsSupportsBoundThreads)
+import Control.Concurrent (rtsSupportsBoundThreads)
 import Control.Concurrent.MVar
 import Control.Exception (try)
 import Control.Monad (forM_, unless)
@@ -46,6 +46,7 @@ import qualified GHC.Conc as Conc
 import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafePerformIO)
 
+import Weft.Internal.Capability (currentCapability)
 import Weft.Event.Internal.Backends (backendKindFromEnv, defaultBackendKind)
 import Weft.Event.Internal (BackendKind (..), backendKindName)
 import Weft.Event.Internal.Core
@@ -67,7 +68,7 @@ systemLock = unsafePerformIO (newMVar Nothing)
 -- cannot be had.
 getSystemManager :: IO Manager
 getSystemManager = do
-  (cap, _) <- Conc.threadCapability =<< myThreadId
+  cap <- currentCapability
   arr <- readIORef systemRef
   if cap < sizeofArray arr
     then maybe (start cap) return (indexArray arr cap)

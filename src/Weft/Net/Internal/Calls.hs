@@ -6,7 +6,6 @@
 -- API): import "Weft.Net".
 module Weft.Net.Internal.Calls where
 
-import Control.Concurrent
 import Control.Exception
 import Control.Monad
 import qualified Data.ByteString as B
@@ -22,6 +21,7 @@ import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (copyBytes, with)
 import Foreign.Ptr
+import Weft.Internal.Capability (currentCapability)
 import Weft.Internal.Error (invalidArgument)
 import Foreign.Storable
 import Network.Socket (SockAddr (..))
@@ -238,7 +238,7 @@ scratchBytes = 16384
 -- not block.
 withScratch :: (Ptr Word8 -> IO a) -> IO a
 withScratch act = do
-  (cap, _) <- threadCapability =<< myThreadId
+  cap <- currentCapability
   table <- readIORef scratchTable
   if cap >= sizeofArray table then growScratch cap >> withScratch act else do
     let Scratch flags buf = indexArray table cap
@@ -272,31 +272,44 @@ growScratch cap = do
 -- least one; returns how many it took. Throws an 'IOError' if the peer is
 -- gone (@EPIPE@, @ECONNRESET@), the socket is closed, or timed out.
 send :: Socket -> B.ByteString -> IO Int
-send s bs = sending "send" s (OutBytes bs) (sendString s bs)
-
-sendString :: Socket -> B.ByteString -> IO CLong
-sendString s (BI.PS fp off n) = withForeignPtr fp $ \p -> sendBuf s (p `plusPtr` off) n
-{-# INLINE sendString #-}
+send s bs = sending "send" s (OutBytes bs)
 
 -- | Send the bytes through the ring if its dispatcher is busy; else run
 -- the send call, and if it says @EAGAIN@, hand the bytes to the ring, or
 -- wait for readiness and run it again (Note [Ring first] and Note [Sends
 -- on the ring] in "Weft.Event.Internal.Backend.Uring.Requests"): how many bytes
 -- went.
-sending :: String -> Socket -> Outgoing -> IO CLong -> IO Int
-sending loc s out call
-  | mayUseRing s && hasBytes out = sendOnRing False loc s out >>= maybe loop return
-  | otherwise = loop
-  where
-    loop = do
-      r <- call
-      if r >= 0 then return (fromIntegral r)
-      else if r == negate (errnoLong eAGAIN) && mayUseRing s && hasBytes out
-        then sendOnRing True loc s out >>= maybe (waitReady Writing s >> loop) return
-      else retryOrThrow loc Writing s r loop
-    hasBytes (OutBytes b) = not (B.null b)
-    hasBytes (OutGather _ bss) = not (null bss)
+sending :: String -> Socket -> Outgoing -> IO Int
+sending loc s out
+  | mayUseRing s && hasBytes out = sendOnRing False loc s out >>= maybe (sendNow loc s out) return
+  | otherwise = sendNow loc s out
 {-# INLINE sending #-}
+
+-- | The send call once; what follows when it took nothing is out of line,
+-- so that a send that goes through builds no retry closure.
+sendNow :: String -> Socket -> Outgoing -> IO Int
+sendNow loc s out = do
+  r <- sendCall s out
+  if r >= 0 then return (fromIntegral r) else sendStuck loc s out r
+{-# INLINE sendNow #-}
+
+sendStuck :: String -> Socket -> Outgoing -> CLong -> IO Int
+sendStuck loc s out r
+  | r == negate (errnoLong eAGAIN) && mayUseRing s && hasBytes out =
+      sendOnRing True loc s out >>= maybe (waitReady Writing s >> sendNow loc s out) return
+  | otherwise = retryOrThrow loc Writing s r (sendNow loc s out)
+{-# NOINLINE sendStuck #-}
+
+-- | The socket's own send of the bytes: @-errno@ if it failed.
+sendCall :: Socket -> Outgoing -> IO CLong
+sendCall s (OutBytes (BI.PS fp off n)) = withForeignPtr fp $ \p -> sendBuf s (p `plusPtr` off) n
+sendCall s (OutGather more bss) = sendGathered more s bss
+{-# INLINE sendCall #-}
+
+hasBytes :: Outgoing -> Bool
+hasBytes (OutBytes b) = not (B.null b)
+hasBytes (OutGather _ bss) = not (null bss)
+{-# INLINE hasBytes #-}
 
 -- | Send all the bytes; as 'send' otherwise.
 sendAll :: Socket -> B.ByteString -> IO ()
@@ -328,7 +341,7 @@ sendGatheredAll more s = go
   where
     go [] = return ()
     go bss = do
-      sent <- sending "sendMany" s (OutGather more (take maxIov bss)) (sendGathered more s bss)
+      sent <- sending "sendMany" s (OutGather more (take maxIov bss))
       go (dropBytes sent bss)
 
 -- | Send at most @count@ bytes (which must be positive) of the file from

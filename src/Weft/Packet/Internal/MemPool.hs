@@ -60,7 +60,7 @@ module Weft.Packet.Internal.MemPool
   , freeDmaMemory
   ) where
 
-import Control.Concurrent (myThreadId, threadCapability)
+import Weft.Internal.Capability (currentCapability)
 import Control.Exception (Exception, IOException, bracket, throwIO, try)
 import Control.Monad (void, when)
 import Data.ByteString (ByteString)
@@ -411,7 +411,7 @@ checkOwner :: MemPool -> IO ()
 checkOwner mp = case mpDebug mp of
   Nothing -> pure ()
   Just dbg -> do
-    (cap, _) <- threadCapability =<< myThreadId
+    cap <- currentCapability
     owner <- readIORef (dbgOwner dbg)
     if owner < 0
       then writeIORef (dbgOwner dbg) cap
