@@ -628,15 +628,15 @@ whenToStealSpec :: Spec
 whenToStealSpec = describe "when to steal" $ do
   it "moves at least a third of the long events' work to the idle core when every event is posted on one (2% long)" $
     forM_ [TimeLeft, Mely] $ \p -> do
-      -- Three rounds of 5,000 events, each its own color homed on core 0,
+      -- Two rounds of 30,000 events, each its own color homed on core 0,
       -- posted by a handler on core 0: 2% long (10 us, annotated so),
       -- the rest tiny (annotated below any steal's cost). Core 1 has
       -- nothing of its own: what it runs, it stole.
-      rt <- newRuntime (config RealCores p) { cfgColors = 16384 }
+      rt <- newRuntime (config RealCores p) { cfgColors = 65536 }
       longNs <- newCounters 2
       left <- newCounters 1
       done <- newEmptyMVar
-      let n = 5000 :: Int
+      let n = 30000 :: Int
           isLong i = i `mod` 50 == 0
           longH = (handler "long") { handlerCost = 10000 }
           shortH = (handler "short") { handlerCost = 50 }
@@ -649,14 +649,21 @@ whenToStealSpec = describe "when to steal" $ do
               void (addCounter longNs (min 1 cap) (fromIntegral (t1 - t0)))
             k <- addCounter left 0 (-1)
             when (k == 1) (putMVar done ())
-      forM_ [1 .. 3 :: Int] $ \_ -> do
+      -- A round is long (6 ms of long events) next to the time an idle
+      -- virtual CPU may take to run a thief that was woken (up to a few
+      -- milliseconds on a busy host), which would spoil shorter rounds.
+      forM_ [1 .. 2 :: Int] $ \_ -> do
         writeCounter left 0 n
         post rt 0 (handler "start") $ forM_ [1 .. n] $ \i ->
           post rt (2 * i) (if isLong i then longH else shortH) (event i)
         within 20 "a round" (takeMVar done)
+      cost <- stealCostNanos rt
       finish rt
+      st <- stats rt
       [home, away] <- mapM (readCounter longNs) [0, 1]
-      (policyName p, 3 * away >= home + away) `shouldBe` (policyName p, True)
+      unless (3 * away >= home + away) $ expectationFailure $
+        policyName p ++ ": " ++ show away ++ " of " ++ show (home + away) ++ " ns of long work on core 1; steal cost "
+          ++ show cost ++ " ns; " ++ show [ (csSteals c, csEventsStolen c, csWorkStolen c, csStealAttempts c, csParks c) | c <- st ]
 
   it "relieves a stuck core of every worthy event queued behind it, without pausing between steals" $ do
     -- Core 0 is stuck in a handler until 30 tiny events queued behind it
