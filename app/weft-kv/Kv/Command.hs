@@ -121,6 +121,8 @@ serverCommands =
   , ("KEYS", (Exactly 1, \[pat] -> Surveying (MatchKeys (matcher pat))))
   , ("FLUSHDB", (AtLeast 0, flushCommand))
   , ("FLUSHALL", (AtLeast 0, flushCommand))
+  , ("FUNCTION", (AtLeast 1, functionCommand))
+  , ("INFO", (AtLeast 0, \_ -> Answer (RBulk infoText)))
   ]
   where
     -- One database: redis's int check, then index 0 only.
@@ -139,6 +141,28 @@ flushCommand args = case map upper args of
   [mode] | mode == "ASYNC" || mode == "SYNC" -> flush
   _ -> Answer syntaxError
   where flush = Flushing
+
+-- | FUNCTION: weft-kv runs no scripts, so it holds no functions. FUNCTION
+-- FLUSH [ASYNC|SYNC] succeeds with nothing to delete (clients and test
+-- harnesses send it to start from a clean server); FUNCTION LIST answers
+-- the empty library list; every other subcommand is refused.
+functionCommand :: [ByteString] -> Plan
+functionCommand (sub : rest) = case (upper sub, map upper rest) of
+  ("FLUSH", []) -> Answer ok
+  ("FLUSH", [mode]) | mode == "ASYNC" || mode == "SYNC" -> Answer ok
+  ("FLUSH", _) -> Answer syntaxError
+  ("LIST", _) -> Answer (RArray [])
+  _ -> Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try FUNCTION HELP."))
+functionCommand [] = Answer (RError "ERR wrong number of arguments for 'function' command")
+
+-- | INFO, whatever sections are asked for: the server section, in
+-- redis's "field:value" lines, with what clients and test harnesses read
+-- from it. weft-kv speaks redis 7.0's protocol; its memory is GHC's heap,
+-- not jemalloc's (so allocator-specific checks are left out).
+infoText :: ByteString
+infoText = B.concat [ line <> "\r\n" | line <-
+  [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
+  , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc" ] ]
 
 sumInts :: [Reply] -> Reply
 sumInts rs = case [ e | e@(RError _) <- rs ] of
@@ -169,6 +193,10 @@ stringCommands =
   , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, mgetOp) | k <- ks ] RArray))
   , ("MSET", (AtLeast 2, msetCommand))
   , ("SETNX", (Exactly 2, \[k, v] -> OnKey k (setnxOp (B.copy v))))
+  , ("SETEX", (Exactly 3, \[k, t, v] -> setexCommand "setex" Seconds k t v))
+  , ("PSETEX", (Exactly 3, \[k, t, v] -> setexCommand "psetex" Millis k t v))
+  , ("GETDEL", (Exactly 1, \[k] -> OnKey k getdelOp))
+  , ("GETRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . getrangeOp i))))
   , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
   , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
   , ("STRLEN", (Exactly 1, \[k] -> OnKey k strlenOp))
@@ -180,6 +208,34 @@ stringCommands =
 
 getOp :: KeyOp
 getOp _ _ v = Outcome Keep (stringReply v)
+
+-- | SETEX / PSETEX key time value: SET with EX / PX, its time an integer.
+setexCommand :: ByteString -> TimeUnit -> ByteString -> ByteString -> ByteString -> Plan
+setexCommand command unit k t v = case readInteger t of
+  Nothing -> Answer notInteger
+  Just _ -> OnKey k (setOp command (B.copy v) (SetOptions Nothing False False (Just (unit, t))))
+
+-- | GETDEL: GET, then delete the key if it held a string.
+getdelOp :: KeyOp
+getdelOp _ _ v = case v of
+  Just (VString s) -> Outcome Delete (RBulk s)
+  _ -> Outcome Keep (stringReply v)
+
+-- | GETRANGE key start end: the bytes from start to end, both inclusive,
+-- negative ones counted from the end, as redis clamps them.
+getrangeOp :: Int -> Int -> KeyOp
+getrangeOp start end _ _ v = case v of
+  Nothing -> Outcome Keep (RBulk B.empty)
+  Just (VString s) -> Outcome Keep (RBulk (slice (B.length s)))
+    where
+      slice n
+        | start < 0 && end < 0 && start > end = B.empty
+        | otherwise =
+            let a = max 0 (if start < 0 then n + start else start)
+                b0 = if end < 0 then n + end else end
+                b = min (n - 1) (max 0 b0)
+            in if n == 0 || a > b then B.empty else B.take (b - a + 1) (B.drop a s)
+  Just _ -> Outcome Keep wrongType
 
 -- | What GET answers for a value.
 stringReply :: Maybe Value -> Reply
@@ -243,7 +299,7 @@ setCommand (k : v : opts0) = go opts0 (SetOptions Nothing False False Nothing)
   where
     go [] o = case setExpiry o of
       Just (_, n) | Nothing <- readInteger n -> Answer notInteger
-      _ -> OnKey k (setOp (B.copy v) o)
+      _ -> OnKey k (setOp "set" (B.copy v) o)
     go (opt : rest) o = case upper opt of
       "NX" | setIfExists o /= Just True -> go rest o { setIfExists = Just False }
       "XX" | setIfExists o /= Just False -> go rest o { setIfExists = Just True }
@@ -262,9 +318,11 @@ setCommand (k : v : opts0) = go opts0 (SetOptions Nothing False False Nothing)
           _ -> Answer syntaxError
 setCommand _ = Answer syntaxError
 
-setOp :: ByteString -> SetOptions -> KeyOp
-setOp new o now _ old = case setExpiry o of
-  Just (unit, n) -> case expiryDeadline "set" now unit (maybe 0 id (readInteger n)) of
+-- | SET (and the commands that are SET with options: SETEX, PSETEX, MSET),
+-- named in its errors as the command that was sent.
+setOp :: ByteString -> ByteString -> SetOptions -> KeyOp
+setOp command new o now _ old = case setExpiry o of
+  Just (unit, n) -> case expiryDeadline command now unit (maybe 0 id (readInteger n)) of
     Left e -> Outcome Keep e
     Right deadline -> decide (FreshUntil (VString new) deadline)
   Nothing -> decide (if setKeepTtl o then Replace (VString new) else Fresh (VString new))
@@ -318,7 +376,7 @@ msetCommand kvs
   | otherwise = OnKeys (pairs kvs) (\rs -> case [ e | e@(RError _) <- rs ] of (e : _) -> e; [] -> ok)
   where
     plain = SetOptions Nothing False False Nothing
-    pairs (k : v : rest) = (k, setOp (B.copy v) plain) : pairs rest
+    pairs (k : v : rest) = (k, setOp "mset" (B.copy v) plain) : pairs rest
     pairs _ = []
 
 incrOp :: Int -> KeyOp
