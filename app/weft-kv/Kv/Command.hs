@@ -27,7 +27,10 @@ import Data.Char (toLower)
 import Data.Bits (xor, (.&.))
 import qualified Data.IntMap.Strict as IntMap
 import Data.Word (Word64)
+import Data.Foldable (toList)
+import qualified Data.Map.Strict as Map
 import Data.Maybe (isJust)
+import qualified Data.Set as Set
 
 import Kv.Collections
 import Kv.Plan
@@ -123,6 +126,7 @@ serverCommands =
   , ("FLUSHALL", (AtLeast 0, flushCommand))
   , ("FUNCTION", (AtLeast 1, functionCommand))
   , ("INFO", (AtLeast 0, \_ -> Answer (RBulk infoText)))
+  , ("MEMORY", (AtLeast 1, memoryCommand))
   ]
   where
     -- One database: redis's int check, then index 0 only.
@@ -164,6 +168,26 @@ infoText = B.concat [ line <> "\r\n" | line <-
   [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
   , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc" ] ]
 
+-- | MEMORY USAGE key [SAMPLES n]: an estimate of the bytes the key and its
+-- value hold (the payload bytes and a fixed cost per element), nil for no
+-- key. Other subcommands are refused.
+memoryCommand :: [ByteString] -> Plan
+memoryCommand (sub : k : opts)
+  | upper sub == "USAGE" = case map upper opts of
+      [] -> usage
+      ["SAMPLES", _] -> usage
+      _ -> Answer syntaxError
+  where
+    usage = OnKey k (\_ _ v -> Outcome Keep (maybe RNil (RInt . (+ (B.length k + perItem)) . valueBytes) v))
+    valueBytes (VString s) = B.length s
+    valueBytes (VList xs) = sum [ B.length x + perItem | x <- toList xs ]
+    valueBytes (VSet xs) = sum [ B.length x + perItem | x <- Set.toList xs ]
+    valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- Map.toList h ]
+    valueBytes (VZSet (ZSet m _)) = sum [ B.length x + 3 * perItem | x <- Map.keys m ]
+    perItem = 16
+memoryCommand (sub : _) = Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try MEMORY HELP."))
+memoryCommand [] = Answer (RError "ERR wrong number of arguments for 'memory' command")
+
 sumInts :: [Reply] -> Reply
 sumInts rs = case [ e | e@(RError _) <- rs ] of
   (e : _) -> e
@@ -171,16 +195,33 @@ sumInts rs = case [ e | e@(RError _) <- rs ] of
 
 -- | CONFIG GET answers what clients probe at start-up as a server with
 -- persistence off would. A name without glob characters is answered in
--- the case it was asked in, as redis does.
+-- the case it was asked in, as redis does. CONFIG SET takes redis's
+-- encoding thresholds (each type has one representation in weft-kv, so
+-- they change nothing, and CONFIG GET keeps answering redis's defaults);
+-- any other parameter is refused.
 configCommand :: [ByteString] -> Plan
 configCommand (sub : rest)
   | upper sub == "GET", [param] <- rest = Answer (RArray (concat
       [ [RBulk (if C.any (`C.elem` "*?[") param then name else param), RBulk value]
-      | (name, value) <- settings, globMatch True param name ]))
+      | (name, value) <- settings ++ encodings, globMatch True param name ]))
   | upper sub == "GET" = Answer (RError "ERR wrong number of arguments for 'config|get' command")
+  | upper sub == "SET", not (null rest), even (length rest) = case [ p | p <- names rest, not (known p) ] of
+      [] -> Answer ok
+      (p : _) -> Answer (RError ("ERR Unknown option or number of arguments for CONFIG SET - '" <> printable p <> "'"))
+  | upper sub == "SET" = Answer (RError "ERR wrong number of arguments for 'config|set' command")
   | otherwise = Answer (RError ("ERR unsupported CONFIG subcommand '" <> printable sub <> "'"))
   where
     settings = [("save", ""), ("appendonly", "no"), ("databases", "1")]
+    encodings =
+      [ ("hash-max-listpack-entries", "128"), ("hash-max-listpack-value", "64")
+      , ("hash-max-ziplist-entries", "128"), ("hash-max-ziplist-value", "64")
+      , ("set-max-intset-entries", "512")
+      , ("zset-max-listpack-entries", "128"), ("zset-max-listpack-value", "64")
+      , ("zset-max-ziplist-entries", "128"), ("zset-max-ziplist-value", "64")
+      , ("list-max-listpack-size", "-2"), ("list-max-ziplist-size", "-2"), ("list-compress-depth", "0") ]
+    names (p : _ : more) = p : names more
+    names _ = []
+    known p = lower p `elem` map fst encodings
 configCommand [] = Answer (RError "ERR wrong number of arguments for 'config' command")
 
 ------------------------------------------------------------------------------
