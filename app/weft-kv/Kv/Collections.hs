@@ -33,6 +33,13 @@ collectionCommands =
   , ("RPOP", (Between 1 2, popCommand False))
   , ("LRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (\j -> OnKey k (lrangeOp i j)))))
   , ("LLEN", (Exactly 1, \[k] -> OnKey k llenOp))
+  , ("LPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp True (map B.copy vs))))
+  , ("RPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp False (map B.copy vs))))
+  , ("LINDEX", (Exactly 2, \[k, i] -> OnKey k (lindexOp i)))
+  , ("LSET", (Exactly 3, \[k, i, x] -> OnKey k (lsetOp i (B.copy x))))
+  , ("LTRIM", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . ltrimOp i))))
+  , ("LREM", (Exactly 3, \[k, n, x] -> withInt n (\c -> OnKey k (lremOp c x))))
+  , ("LINSERT", (Exactly 4, linsertCommand))
     -- Sets
   , ("SADD", (AtLeast 2, \(k : ms) -> OnKey k (saddOp (map B.copy ms))))
   , ("SPOP", (Between 1 2, spopCommand))
@@ -109,6 +116,86 @@ lrangeOp start stop _ _ v = case v of
         -- was a thunk that the encoder's passes forced and then re-entered.
         bulks = foldr' (\x rest -> let !r = RBulk x in r : rest) [] (Seq.take (b - a + 1) (Seq.drop a l))
     in Outcome Keep (RArray (if a > b then [] else bulks))
+  Just _ -> Outcome Keep wrongType
+
+-- | LPUSHX / RPUSHX: push only onto an existing list (0 if there is none).
+pushxOp :: Bool -> [ByteString] -> KeyOp
+pushxOp atHead vs now c v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  _ -> pushOp atHead vs now c v
+
+-- | A list index as redis reads it: negative ones count from the end.
+listIndex :: Int -> Int -> Int
+listIndex n i = if i < 0 then n + i else i
+
+-- | LINDEX key index: the element there, nil out of range. As in redis,
+-- the key and its type are checked before the index is read.
+lindexOp :: ByteString -> KeyOp
+lindexOp i _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VList l) -> case readInteger i of
+    Nothing -> notInteger
+    Just n -> maybe RNil RBulk (Seq.lookup (listIndex (Seq.length l) n) l)
+  Just _ -> wrongType
+
+-- | LSET key index value (the key and its type checked first, as LINDEX).
+lsetOp :: ByteString -> ByteString -> KeyOp
+lsetOp i x _ _ v = case v of
+  Nothing -> Outcome Keep (RError "ERR no such key")
+  Just (VList l) -> case readInteger i of
+    Nothing -> Outcome Keep notInteger
+    Just n
+      | j < 0 || j >= Seq.length l -> Outcome Keep (RError "ERR index out of range")
+      | otherwise -> Outcome (Replace (VList (Seq.update j x l))) (RSimple "OK")
+      where j = listIndex (Seq.length l) n
+  Just _ -> Outcome Keep wrongType
+
+-- | LTRIM key start stop: keep that range (redis's clamping); a list left
+-- empty goes.
+ltrimOp :: Int -> Int -> KeyOp
+ltrimOp start stop _ _ v = case v of
+  Nothing -> Outcome Keep (RSimple "OK")
+  Just (VList l) ->
+    let n = Seq.length l
+        a = max 0 (listIndex n start)
+        b = min (n - 1) (listIndex n stop)
+        kept = if a > b || a >= n then Seq.empty else Seq.take (b - a + 1) (Seq.drop a l)
+    in Outcome (if Seq.null kept then Delete else Replace (VList kept)) (RSimple "OK")
+  Just _ -> Outcome Keep wrongType
+
+-- | LREM key count element: remove up to |count| equal elements from the
+-- head (count > 0) or the tail (count < 0), or all of them (0).
+lremOp :: Int -> ByteString -> KeyOp
+lremOp count x _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VList l) ->
+    let limit = if count == 0 then maxBound else abs count
+        dropSome xs = go limit xs
+          where go 0 ys = ys
+                go k ys = case Seq.viewl ys of
+                  Seq.EmptyL -> Seq.empty
+                  y Seq.:< rest -> if y == x then go (k - 1) rest else y Seq.<| go k rest
+        l' = if count < 0 then Seq.reverse (dropSome (Seq.reverse l)) else dropSome l
+        removed = Seq.length l - Seq.length l'
+    in Outcome (if removed == 0 then Keep else if Seq.null l' then Delete else Replace (VList l')) (RInt removed)
+  Just _ -> Outcome Keep wrongType
+
+-- | LINSERT key BEFORE|AFTER pivot element: the new length, -1 without
+-- the pivot, 0 without the key.
+linsertCommand :: [ByteString] -> Plan
+linsertCommand [k, where_, pivot, x] = case upper where_ of
+  "BEFORE" -> OnKey k (linsertOp 0 pivot (B.copy x))
+  "AFTER" -> OnKey k (linsertOp 1 pivot (B.copy x))
+  _ -> Answer syntaxError
+linsertCommand _ = Answer syntaxError
+
+linsertOp :: Int -> ByteString -> ByteString -> KeyOp
+linsertOp after pivot x _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VList l) -> case Seq.elemIndexL pivot l of
+    Nothing -> Outcome Keep (RInt (-1))
+    Just i -> let l' = Seq.insertAt (i + after) x l
+              in Outcome (Replace (VList l')) (RInt (Seq.length l'))
   Just _ -> Outcome Keep wrongType
 
 llenOp :: KeyOp

@@ -127,6 +127,7 @@ serverCommands =
   , ("FUNCTION", (AtLeast 1, functionCommand))
   , ("INFO", (AtLeast 0, \_ -> Answer (RBulk infoText)))
   , ("MEMORY", (AtLeast 1, memoryCommand))
+  , ("HELLO", (AtLeast 0, helloCommand))
   ]
   where
     -- One database: redis's int check, then index 0 only.
@@ -188,6 +189,24 @@ memoryCommand (sub : k : opts)
 memoryCommand (sub : _) = Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try MEMORY HELP."))
 memoryCommand [] = Answer (RError "ERR wrong number of arguments for 'memory' command")
 
+-- | HELLO [protover]: weft-kv speaks RESP2 only. Version 2 (or none)
+-- answers redis's connection description, as an array of fields and
+-- values; any other version is refused as redis refuses one it lacks.
+-- AUTH and SETNAME are not supported.
+helloCommand :: [ByteString] -> Plan
+helloCommand [] = Answer hello
+helloCommand [v] = case readInteger v of
+  Nothing -> Answer (RError "ERR Protocol version is not an integer or out of range")
+  Just 2 -> Answer hello
+  Just _ -> Answer (RError "NOPROTO unsupported protocol version")
+helloCommand (_ : opt : _) = Answer (RError ("ERR Syntax error in HELLO option '" <> printable opt <> "'"))
+
+hello :: Reply
+hello = RArray
+  [ RBulk "server", RBulk "redis", RBulk "version", RBulk "7.0.15", RBulk "proto", RInt 2
+  , RBulk "id", RInt 1, RBulk "mode", RBulk "standalone", RBulk "role", RBulk "master"
+  , RBulk "modules", RArray [] ]
+
 sumInts :: [Reply] -> Reply
 sumInts rs = case [ e | e@(RError _) <- rs ] of
   (e : _) -> e
@@ -197,15 +216,16 @@ sumInts rs = case [ e | e@(RError _) <- rs ] of
 -- persistence off would. A name without glob characters is answered in
 -- the case it was asked in, as redis does. CONFIG SET takes redis's
 -- encoding thresholds (each type has one representation in weft-kv, so
--- they change nothing, and CONFIG GET keeps answering redis's defaults);
--- any other parameter is refused.
+-- they change nothing, and CONFIG GET keeps answering redis's defaults),
+-- and persistence turned off (@save ""@, @appendonly no@), which it is;
+-- anything else is refused.
 configCommand :: [ByteString] -> Plan
 configCommand (sub : rest)
   | upper sub == "GET", [param] <- rest = Answer (RArray (concat
       [ [RBulk (if C.any (`C.elem` "*?[") param then name else param), RBulk value]
       | (name, value) <- settings ++ encodings, globMatch True param name ]))
   | upper sub == "GET" = Answer (RError "ERR wrong number of arguments for 'config|get' command")
-  | upper sub == "SET", not (null rest), even (length rest) = case [ p | p <- names rest, not (known p) ] of
+  | upper sub == "SET", not (null rest), even (length rest) = case [ p | (p, x) <- pairs rest, not (known p x) ] of
       [] -> Answer ok
       (p : _) -> Answer (RError ("ERR Unknown option or number of arguments for CONFIG SET - '" <> printable p <> "'"))
   | upper sub == "SET" = Answer (RError "ERR wrong number of arguments for 'config|set' command")
@@ -219,9 +239,11 @@ configCommand (sub : rest)
       , ("zset-max-listpack-entries", "128"), ("zset-max-listpack-value", "64")
       , ("zset-max-ziplist-entries", "128"), ("zset-max-ziplist-value", "64")
       , ("list-max-listpack-size", "-2"), ("list-max-ziplist-size", "-2"), ("list-compress-depth", "0") ]
-    names (p : _ : more) = p : names more
-    names _ = []
-    known p = lower p `elem` map fst encodings
+    pairs (p : x : more) = (p, x) : pairs more
+    pairs _ = []
+    -- The encoding thresholds, and persistence set to what weft-kv has:
+    -- none.
+    known p x = lower p `elem` map fst encodings || (lower p, x) `elem` [("save", ""), ("appendonly", "no")]
 configCommand [] = Answer (RError "ERR wrong number of arguments for 'config' command")
 
 ------------------------------------------------------------------------------
