@@ -44,6 +44,7 @@ collectionCommands =
   , ("SADD", (AtLeast 2, \(k : ms) -> OnKey k (saddOp (map B.copy ms))))
   , ("SPOP", (Between 1 2, spopCommand))
   , ("SCARD", (Exactly 1, \[k] -> OnKey k scardOp))
+  , ("SRANDMEMBER", (AtLeast 1, srandmemberCommand))
   , ("SISMEMBER", (Exactly 2, \[k, m] -> OnKey k (sismemberOp m)))
   , ("SREM", (AtLeast 2, \(k : ms) -> OnKey k (sremOp ms)))
   , ("SMEMBERS", (Exactly 1, \[k] -> OnKey k smembersOp))
@@ -244,14 +245,55 @@ spopOp count now _ v = case v of
     in Outcome (if null taken then Keep else update) reply
   Just _ -> Outcome Keep wrongType
   where
-    seed = fromIntegral (nowMono now) * 0x2545f4914f6cdd1d
+    seed = clockSeed now
     safeHead xs = case xs of (x : _) -> Just x; [] -> Nothing
-    -- splitmix64's finaliser over a counter started at the clock.
-    randoms :: Word64 -> [Word64]
-    randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
+
+-- | A seed for random choices, from the monotonic clock in nanoseconds.
+clockSeed :: Now -> Word64
+clockSeed now = fromIntegral (nowSeed now) * 0x2545f4914f6cdd1d
+
+-- | splitmix64's finaliser over a counter started at the seed: good enough
+-- to spread choices, not for anything that needs secrecy.
+randoms :: Word64 -> [Word64]
+randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
+  where
     mix z0 = let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
                  z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
              in z2 `xor` (z2 `shiftR` 31)
+
+-- | SRANDMEMBER key [count]: a random member (nil without the set); with a
+-- count, up to that many distinct members, or, for a negative count,
+-- that many with repeats. The count is read before the key, as redis does.
+srandmemberCommand :: [ByteString] -> Plan
+srandmemberCommand [k] = OnKey k (srandmemberOp Nothing)
+srandmemberCommand [k, n] = case readInteger n of
+  Nothing -> Answer notInteger
+  Just c | c == minBound -> Answer (RError "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+         | otherwise -> OnKey k (srandmemberOp (Just c))
+srandmemberCommand _ = Answer syntaxError
+
+srandmemberOp :: Maybe Int -> KeyOp
+srandmemberOp count now _ v = Outcome Keep $ case v of
+  Nothing -> if count == Nothing then RNil else RArray []
+  Just (VSet s) ->
+    let size = Set.size s
+        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral size)) s
+        rs = randoms (clockSeed now)
+    in case count of
+      Nothing -> maybe RNil (RBulk . at) (safeHead rs)
+      Just c
+        | c < 0 -> RArray (map (RBulk . at) (take (negate c) rs))
+        | c >= size -> RArray (map RBulk (Set.toList s))
+        | otherwise -> RArray (map RBulk (distinct c s rs))
+  Just _ -> wrongType
+  where
+    safeHead xs = case xs of (x : _) -> Just x; [] -> Nothing
+    -- Take c distinct members: remove picked ones from the pool.
+    distinct c pool (r : rest)
+      | c <= 0 || Set.null pool = []
+      | otherwise = let i = fromIntegral (r `mod` fromIntegral (Set.size pool))
+                    in Set.elemAt i pool : distinct (c - 1) (Set.deleteAt i pool) rest
+    distinct _ _ [] = []
 
 scardOp :: KeyOp
 scardOp = sizeOp (\x -> case x of VSet m -> Just (Set.size m); _ -> Nothing)

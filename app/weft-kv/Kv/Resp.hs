@@ -7,7 +7,8 @@
 -- of chunks decodes the same as one that arrives whole (the test suite
 -- checks this over arbitrary chunkings). It accepts the two request forms
 -- Redis clients send: multibulk arrays of bulk strings (@*2\\r\\n$3\\r\\nGET\\r\\n...@)
--- and inline commands (@PING\\r\\n@, words separated by spaces, no quoting).
+-- and inline commands (@PING\\r\\n@: words separated by blanks, quoted as
+-- redis quotes them, 'inlineWords').
 --
 -- Every input is bounded by 'Limits': a connection never buffers more than
 -- one header line of unparsed input ('maxLine') plus the bulk string being
@@ -24,6 +25,7 @@ module Kv.Resp
   , Decoded (..)
   , ProtocolError (..)
   , feed
+  , inlineWords
     -- * Encoding requests
   , encodeCommand
     -- * Replies
@@ -92,6 +94,53 @@ data Pending
     -- ^ In a bulk string: bytes still to come (its line end included), the
     -- pieces received so far (latest first), then as 'Args'.
 
+-- | The words of an inline command line, as redis splits them: blanks
+-- separate words; inside a word, a "double-quoted" part takes the escapes
+-- @\\n \\r \\t \\b \\a \\xHH@ and @\\c@ for any other byte c, a
+-- 'single-quoted' part takes @\\'@, and a closing quote must end its
+-- word. 'Nothing' if a quote is not closed, or closed inside a word. A
+-- line without quotes is split in place.
+inlineWords :: ByteString -> Maybe [ByteString]
+inlineWords l
+  | not (B.any (\c -> c == 34 || c == 39) l) = Just (filter (not . B.null) (B.splitWith isSep l))
+  | otherwise = go [] l
+  where
+    isSep c = c == 32 || c == 9 || c == 10 || c == 13 || c == 0
+    isSpace c = c == 32 || (c >= 9 && c <= 13)
+    go acc s = case B.dropWhile isSpace s of
+      rest | B.null rest -> Just (reverse acc)
+           | otherwise -> word [] rest >>= \(w, rest') -> go (B.pack (reverse w) : acc) rest'
+    -- The bytes of the word so far are kept reversed.
+    word acc s = case B.uncons s of
+      Nothing -> Just (acc, B.empty)
+      Just (c, t)
+        | isSep c -> Just (acc, s)
+        | c == 34 -> double acc t
+        | c == 39 -> single acc t
+        | otherwise -> word (c : acc) t
+    double acc s = case B.uncons s of
+      Nothing -> Nothing
+      Just (92, t)
+        | Just (120, h) <- B.uncons t, B.length h >= 2, Just hi <- hex (B.index h 0), Just lo <- hex (B.index h 1) ->
+            double (hi * 16 + lo : acc) (B.drop 2 h)
+        | Just (e, t') <- B.uncons t -> double (unescape e : acc) t'
+      Just (34, t) -> closing acc t
+      Just (c, t) -> double (c : acc) t
+    single acc s = case B.uncons s of
+      Nothing -> Nothing
+      Just (92, t) | Just (39, t') <- B.uncons t -> single (39 : acc) t'
+      Just (39, t) -> closing acc t
+      Just (c, t) -> single (c : acc) t
+    closing acc t = case B.uncons t of
+      Just (c, _) | not (isSpace c) -> Nothing
+      _ -> Just (acc, t)
+    unescape e = case e of
+      110 -> 10; 114 -> 13; 116 -> 9; 98 -> 8; 97 -> 7; _ -> e
+    hex c | c >= 48 && c <= 57 = Just (c - 48)
+          | c >= 97 && c <= 102 = Just (c - 87)
+          | c >= 65 && c <= 70 = Just (c - 55)
+          | otherwise = Nothing
+
 -- | A decoder at the start of a connection.
 newDecoder :: Decoder
 newDecoder = Decoder B.empty Between
@@ -148,8 +197,9 @@ feed lim (Decoder held pending) chunk = case pending of
             | otherwise ->
                 let l = BU.unsafeTake i (BU.unsafeDrop p input)
                     l' = if not (B.null l) && B.last l == 13 then B.init l else l
-                    ws = filter (not . B.null) (B.splitWith isBlank l')
-                in between (p + i + 1) (if null ws then cmds else ws : cmds)
+                in case inlineWords l' of
+                     Nothing -> failed cmds "ERR Protocol error: unbalanced quotes in request"
+                     Just ws -> between (p + i + 1) (if null ws then cmds else ws : cmds)
 
     -- In a multibulk command with n arguments still to come, at p.
     args :: Int -> Int -> [ByteString] -> [[ByteString]] -> Decoded
@@ -163,10 +213,9 @@ feed lim (Decoder held pending) chunk = case pending of
              | cr == lineTooLong -> failed cmds "ERR Protocol error: too big bulk count string"
              | cr == lineBadEnd -> failed cmds "ERR Protocol error: expected CRLF after the bulk length"
              | otherwise -> case decimalIn input (p + 1) cr of
-            len | len == invalidNumber || len < 0 -> failed cmds "ERR Protocol error: invalid bulk length"
-                | len > maxBulk lim -> failed cmds
-                    ("ERR Protocol error: bulk length " <> C.pack (show len)
-                     <> " exceeds the limit of " <> C.pack (show (maxBulk lim)) <> " bytes")
+            -- Over the limit is redis's "invalid bulk length" too.
+            len | len == invalidNumber || len < 0 || len > maxBulk lim ->
+                    failed cmds "ERR Protocol error: invalid bulk length"
                 | otherwise ->
                     let start = cr + 2
                         end = start + len
@@ -189,7 +238,6 @@ feed lim (Decoder held pending) chunk = case pending of
       | total == 0 = Decoded [] (Right (Decoder B.empty (Body need pieces n acc)))
       | otherwise = Decoded [] (Right (Decoder B.empty (Body (need - total) (input : pieces) n acc)))
 
-    isBlank c = c == 32 || c == 9
 
 -- | What 'decimalIn' returns for anything but a decimal of at most 18
 -- digits (which can never be this).

@@ -143,13 +143,17 @@ data Expiry
 -- unit for expiry): the monotonic clock, which deadlines are kept on,
 -- and the wall clock, which absolute times (EXPIREAT, SET ... PXAT) and
 -- redis's overflow checks are given in.
-data Now = Now { nowMono :: !Int, nowWall :: !Int }
+data Now = Now
+  { nowMono :: !Int  -- ^ monotonic clock, ms
+  , nowWall :: !Int  -- ^ wall clock, ms since the epoch
+  , nowSeed :: !Int  -- ^ monotonic clock, ns: a seed for random choices
+  }
 
 readNow :: IO Now
 readNow = do
   mono <- getMonotonicTimeNSec
   MkSystemTime secs nanos <- getSystemTime
-  return (Now (fromIntegral (mono `quot` 1000000)) (fromIntegral secs * 1000 + fromIntegral (nanos `quot` 1000000)))
+  return (Now (fromIntegral (mono `quot` 1000000)) (fromIntegral secs * 1000 + fromIntegral (nanos `quot` 1000000)) (fromIntegral mono))
 
 ------------------------------------------------------------------------------
 -- Operations
