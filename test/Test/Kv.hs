@@ -320,6 +320,7 @@ genCommand = frequency
   , (1, args [word "STRLEN", key])
   , (1, args [elements' ["SETEX", "PSETEX"], key, expireTime, value])
   , (1, args [word "GETDEL", key])
+  , (1, args [word "GETEX", key, oneof [pure [], (: []) <$> caseOf "PERSIST", setOptions]])
   , (1, args [word "GETRANGE", key, index, index])
   , (2, args [elements' ["INCR", "DECR"], key])
   , (2, args [elements' ["INCRBY", "DECRBY"], key, integer])

@@ -259,6 +259,7 @@ stringCommands =
   , ("SETEX", (Exactly 3, \[k, t, v] -> setexCommand "setex" Seconds k t v))
   , ("PSETEX", (Exactly 3, \[k, t, v] -> setexCommand "psetex" Millis k t v))
   , ("GETDEL", (Exactly 1, \[k] -> OnKey k getdelOp))
+  , ("GETEX", (AtLeast 1, getexCommand))
   , ("GETRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . getrangeOp i))))
   , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
   , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
@@ -277,6 +278,37 @@ setexCommand :: ByteString -> TimeUnit -> ByteString -> ByteString -> ByteString
 setexCommand command unit k t v = case readInteger t of
   Nothing -> Answer notInteger
   Just _ -> OnKey k (setOp command (B.copy v) (SetOptions Nothing False False (Just (unit, t))))
+
+-- | GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]: GET, changing
+-- the key's expiry. As in redis, the options are checked first, then the
+-- key (nil without it) and its type, and only then the time.
+getexCommand :: [ByteString] -> Plan
+getexCommand (k : opts0) = go opts0 Nothing False
+  where
+    -- An option may be repeated (the last time wins), not mixed with
+    -- another, as redis parses them.
+    go [] expiry persist = OnKey k (getexOp expiry persist)
+    go (opt : rest) expiry persist = case (upper opt, rest) of
+      ("PERSIST", _) | expiry == Nothing -> go rest expiry True
+      (name, n : rest')
+        | Just unit <- lookup name units, not persist, maybe True ((== unit) . fst) expiry ->
+            go rest' (Just (unit, n)) persist
+      _ -> Answer syntaxError
+    units = [("EX", Seconds), ("PX", Millis), ("EXAT", UnixSeconds), ("PXAT", UnixMillis)]
+getexCommand [] = Answer syntaxError
+
+getexOp :: Maybe (TimeUnit, ByteString) -> Bool -> KeyOp
+getexOp expiry persist now deadline v = case v of
+  Just (VString s) -> case expiry of
+    Just (unit, n) -> case readInteger n of
+      Nothing -> Outcome Keep notInteger
+      Just t -> case expiryDeadline "getex" now unit t of
+        Left e -> Outcome Keep e
+        Right d -> Outcome (ExpireAt d) (RBulk s)
+    Nothing
+      | persist && deadline /= 0 -> Outcome (Fresh (VString s)) (RBulk s)
+      | otherwise -> Outcome Keep (RBulk s)
+  _ -> Outcome Keep (stringReply v)
 
 -- | GETDEL: GET, then delete the key if it held a string.
 getdelOp :: KeyOp
