@@ -31,7 +31,6 @@ import GHC.Conc (labelThread)
 import System.Environment (lookupEnv)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Internal.Capability (currentCapability)
 import Weft.Event.Internal.Backends (newBackend)
 import qualified Weft.Event.Internal.FdTable as FT
 import Weft.Event.Internal
@@ -40,6 +39,7 @@ import Weft.Event.Internal.Registry (endRegistrations, onEvent)
 import Weft.Timer.Internal.ManagerTimers (abortTimers, pollTimeout, runExpiredTimers)
 import Weft.Event.Internal.Slot
 import Weft.Event.Internal.Spin
+import Weft.Internal.Capability (currentCapability)
 import Weft.Internal.Counters
 import qualified Weft.Timer.Internal.Wheel as W
 

@@ -46,10 +46,10 @@ import qualified GHC.Conc as Conc
 import System.IO (hPutStrLn, stderr)
 import System.IO.Unsafe (unsafePerformIO)
 
-import Weft.Internal.Capability (currentCapability)
 import Weft.Event.Internal.Backends (backendKindFromEnv, defaultBackendKind)
 import Weft.Event.Internal (BackendKind (..), backendKindName)
 import Weft.Event.Internal.Core
+import Weft.Internal.Capability (currentCapability)
 import Weft.Internal.Error (unsupported)
 
 {-# NOINLINE systemRef #-}

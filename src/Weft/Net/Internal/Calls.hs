@@ -21,7 +21,6 @@ import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (copyBytes, with)
 import Foreign.Ptr
-import Weft.Internal.Capability (currentCapability)
 import Weft.Internal.Error (invalidArgument)
 import Foreign.Storable
 import Network.Socket (SockAddr (..))
@@ -33,6 +32,7 @@ import System.Posix.Types (Fd (..))
 
 import qualified Weft
 import Weft.Event.Internal.Completions (Outgoing (..), addressRoom, newAcceptAddress, readyAcceptAddress)
+import Weft.Internal.Capability (currentCapability)
 import Weft.Internal.Counters
 import Weft.Net.Internal.Socket
 import qualified Weft.Net.Internal.Socket as S
@@ -293,6 +293,9 @@ sendNow loc s out = do
   if r >= 0 then return (fromIntegral r) else sendStuck loc s out r
 {-# INLINE sendNow #-}
 
+-- | A send call that took nothing (@-errno@): on @EAGAIN@, the ring takes
+-- the bytes if it may, or the thread waits for readiness and sends again;
+-- @EINTR@ sends again; anything else throws.
 sendStuck :: String -> Socket -> Outgoing -> CLong -> IO Int
 sendStuck loc s out r
   | r == negate (errnoLong eAGAIN) && mayUseRing s && hasBytes out =
