@@ -414,7 +414,9 @@ weftOnly ghcEpolls path = do
       mapM_ closeConn [a, b, c]
 
   it "out of fds, answers every client (weft: served, 503, or closed when idle) and never spins" $ do
-    forM_ [Weft, Stock] $ \server -> withServer server quiet (testApp path) $ \port -> within 30 "EMFILE" $ do
+    -- The bound covers the worst case the steps below allow: every client
+    -- answered only at the end of its 2 s, one after another.
+    forM_ [Weft, Stock] $ \server -> withServer server quiet (testApp path) $ \port -> within 120 "EMFILE" $ do
       c0 <- connectTo port
       (rawOf <$> request c0 "GET" "/hello" "") `shouldReturn` helloResp
       lim <- getResourceLimit ResourceOpenFiles
