@@ -13,7 +13,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Foldable (foldr', toList)
 import qualified Data.Map.Strict as Map
-import Data.Maybe (fromMaybe)
+import Data.Maybe (fromMaybe, listToMaybe)
 import qualified Data.Sequence as Seq
 import qualified Data.Set as Set
 import Data.Word (Word64)
@@ -233,20 +233,24 @@ spopOp :: Maybe Int -> KeyOp
 spopOp count now _ v = case v of
   Nothing -> Outcome Keep (if count == Nothing then RNil else RArray [])
   Just (VSet s) ->
-    let picks = take (min (Set.size s) (fromMaybe 1 count)) (randoms seed)
-        go set [] acc = (set, reverse acc)
-        go set (r : rs) acc = let i = fromIntegral (r `mod` fromIntegral (Set.size set))
-                              in go (Set.deleteAt i set) rs (Set.elemAt i set : acc)
-        (rest, taken) = go s picks []
+    let (taken, rest) = pickDistinct (fromMaybe 1 count) s (randoms (clockSeed now))
         update = if Set.null rest then Delete else Replace (VSet rest)
         reply = case count of
-          Nothing -> maybe RNil RBulk (safeHead taken)
+          Nothing -> maybe RNil RBulk (listToMaybe taken)
           Just _ -> RArray (map RBulk taken)
     in Outcome (if null taken then Keep else update) reply
   Just _ -> Outcome Keep wrongType
+
+-- | Up to @n@ distinct members drawn at random, in draw order, and the
+-- members left.
+pickDistinct :: Int -> Set.Set ByteString -> [Word64] -> ([ByteString], Set.Set ByteString)
+pickDistinct n0 s0 = go n0 s0 []
   where
-    seed = clockSeed now
-    safeHead xs = case xs of (x : _) -> Just x; [] -> Nothing
+    go n set acc (r : rs)
+      | n > 0 && not (Set.null set) =
+          let i = fromIntegral (r `mod` fromIntegral (Set.size set))
+          in go (n - 1) (Set.deleteAt i set) (Set.elemAt i set : acc) rs
+    go _ set acc _ = (reverse acc, set)
 
 -- | A seed for random choices, from the monotonic clock in nanoseconds.
 clockSeed :: Now -> Word64
@@ -276,24 +280,15 @@ srandmemberOp :: Maybe Int -> KeyOp
 srandmemberOp count now _ v = Outcome Keep $ case v of
   Nothing -> if count == Nothing then RNil else RArray []
   Just (VSet s) ->
-    let size = Set.size s
-        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral size)) s
-        rs = randoms (clockSeed now)
+    let rs = randoms (clockSeed now)
+        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size s))) s
     in case count of
-      Nothing -> maybe RNil (RBulk . at) (safeHead rs)
+      Nothing -> maybe RNil (RBulk . at) (listToMaybe rs)
       Just c
         | c < 0 -> RArray (map (RBulk . at) (take (negate c) rs))
-        | c >= size -> RArray (map RBulk (Set.toList s))
-        | otherwise -> RArray (map RBulk (distinct c s rs))
+        | c >= Set.size s -> RArray (map RBulk (Set.toList s))
+        | otherwise -> RArray (map RBulk (fst (pickDistinct c s rs)))
   Just _ -> wrongType
-  where
-    safeHead xs = case xs of (x : _) -> Just x; [] -> Nothing
-    -- Take c distinct members: remove picked ones from the pool.
-    distinct c pool (r : rest)
-      | c <= 0 || Set.null pool = []
-      | otherwise = let i = fromIntegral (r `mod` fromIntegral (Set.size pool))
-                    in Set.elemAt i pool : distinct (c - 1) (Set.deleteAt i pool) rest
-    distinct _ _ [] = []
 
 scardOp :: KeyOp
 scardOp = sizeOp (\x -> case x of VSet m -> Just (Set.size m); _ -> Nothing)
