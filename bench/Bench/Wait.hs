@@ -27,6 +27,7 @@ import System.Exit (exitFailure)
 import System.IO
 import System.Posix.Types (CSsize (..), Fd (..))
 import System.Process
+import System.Timeout (timeout)
 import Text.Printf (printf)
 
 import Bench.Headline (note)
@@ -80,7 +81,8 @@ waitMain args = do
   results <- newIORef Map.empty
   forM_ [1 .. optReps opts] $ \rep -> forM_ cells $ \(n, arm) -> do
     cp <- armProcess exe arm [ show (optRoundTrips opts), "+RTS", "-N" ++ show n, "-RTS" ]
-    out <- readCreateProcess cp { cmdspec = prependArg "wait-child" (cmdspec cp) } ""
+    out <- timeout (childLimit (optRoundTrips opts)) (readCreateProcess cp { cmdspec = prependArg "wait-child" (cmdspec cp) } "")
+             >>= maybe (hung n arm) return
     r <- either (\e -> hPutStrLn stderr e >> exitFailure) return (parseChild out)
     printf "  [rep %d/%d] -N%d %-4s %10.0f waits/s %7.2f CPU-us/wait %s\n"
       rep (optReps opts) n (armName arm) (resWaitsPerSec r) (resCpuPerWait r) (resExtra r)
@@ -107,6 +109,18 @@ waitMain args = do
   putStrLn " weft-uring is weft with WEFT_BACKEND=uring; the other weft arms run on epoll)"
   putStrLn ("CSV: " ++ resultsRoot ++ "/wait.csv")
   return (renderTable header rows)
+
+-- | How long a child may run: far beyond what its round trips take (under
+-- 10 us each), so only a run that stopped making progress (a wait that is
+-- never woken) reaches it. It is then killed and the section fails, rather
+-- than stall every section after it.
+childLimit :: Int -> Int
+childLimit trips = max 120000000 (trips * 100)
+
+hung :: Int -> Arm -> IO a
+hung n arm = do
+  hPutStrLn stderr (printf "weft-bench wait: the -N%d %s run did not finish within its limit: a wait was never woken" n (armName arm))
+  exitFailure
 
 parseChild :: String -> Either String Result
 parseChild out = case [ l | l <- lines out, take 7 l == "result " ] of
