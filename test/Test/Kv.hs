@@ -281,7 +281,8 @@ differential kv redis cmds = withClient kv $ \a -> withClient redis $ \b ->
 
 -- | Send commands in one write to both servers, and compare the replies
 -- one by one: byte for byte, but for the replies whose order redis leaves
--- unspecified (KEYS, SMEMBERS, HGETALL), which are compared as sets.
+-- unspecified (KEYS, HGETALL, and the members of sets), which are
+-- compared as sets.
 pipelined :: Client -> Client -> [[ByteString]] -> IO ()
 pipelined a b cmds = do
   let sent who c = handle (\(e :: SomeException) -> fail (who ++ " on " ++ show cmds ++ ": " ++ show e)) c
@@ -291,7 +292,7 @@ pipelined a b cmds = do
   where
     unordered (name : _) r = case (upper name, r) of
       ("KEYS", RArray xs) -> RArray (sortOn show xs)
-      ("SMEMBERS", RArray xs) -> RArray (sortOn show xs)
+      (set, RArray xs) | set `elem` ["SMEMBERS", "SINTER", "SUNION", "SDIFF"] -> RArray (sortOn show xs)
       ("HGETALL", RArray xs) -> RArray (concat (sortOn show (pairs xs)))
       _ -> r
     unordered [] r = r
@@ -338,10 +339,19 @@ genCommand = frequency
   , (1, args [word "LTRIM", key, index, index])
   , (1, args [word "LREM", key, index, value])
   , (1, args [word "LINSERT", key, elements' ["BEFORE", "AFTER", "MIDDLE"], value, value])
+  , (1, args [word "LPOS", key, value, lposOptions])
+  , (2, args [word "LMOVE", key, key, ends, ends])
+  , (1, args [word "RPOPLPUSH", key, key])
+  , (1, args [word "LMPOP", count, keys, ends, optional (sequence [caseOf "COUNT", head <$> count])])
   , (3, args [word "SADD", key, values])
   , (1, args [word "SREM", key, values])
   , (2, args [elements' ["SCARD", "SMEMBERS"], key])
   , (1, args [word "SISMEMBER", key, value])
+  , (1, args [word "SMISMEMBER", key, values])
+  , (3, args [elements' ["SINTER", "SUNION", "SDIFF"], keys])
+  , (2, args [elements' ["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"], key, keys])
+  , (1, args [word "SINTERCARD", count, keys, optional (sequence [caseOf "LIMIT", head <$> count])])
+  , (2, args [word "SMOVE", key, key, value])
   , (3, args [word "HSET", key, fieldValues])
   , (1, args [word "HGET", key, field])
   , (1, args [word "HDEL", key, fields])
@@ -402,6 +412,10 @@ genCommand = frequency
       , sequence [elements ["EXAT", "PXAT"], elements ["0", "-1", "x"]]
       , sequence [caseOf "EX", pure "9223372036854776"]
       , sequence [caseOf "EX"] ]))
+    ends = (: []) <$> elements ["LEFT", "RIGHT", "left", "Right", "UP"]
+    lposOptions = concat <$> resize 3 (listOf (oneof
+      [ sequence [caseOf "RANK", head <$> index], sequence [caseOf "COUNT", head <$> count]
+      , sequence [caseOf "MAXLEN", head <$> count], word "RANK" ]))
     expireOptions = resize 2 (listOf (elements ["NX", "XX", "GT", "LT", "gt", "FOO"]))
     zaddOptions = resize 3 (listOf (elements ["NX", "XX", "GT", "LT", "CH", "INCR", "ch", "incr"]))
     zrangeOptions = concat <$> resize 3 (listOf (oneof

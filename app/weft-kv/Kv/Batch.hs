@@ -1,4 +1,4 @@
-{-# LANGUAGE BangPatterns #-}
+{-# LANGUAGE BangPatterns, OverloadedStrings #-}
 -- | weft-kv's commands at work: each read's commands get their sequence
 -- numbers and go to their keys' colors, one event per color for the
 -- batch (Note [Batches per color]), and their results go back to the
@@ -6,6 +6,7 @@
 -- commands, and key expiry on weft timers.
 module Kv.Batch
   ( dispatch
+  , continuePlan
   , armExpiry
   ) where
 
@@ -38,16 +39,23 @@ hExpire = handler "kv-expire"
 -- color (in that color's event for the batch, Note [Batches per color])
 -- and its result goes back with the command's number and the key's
 -- position. When the last part arrives (on the connection's color, so
--- again without a lock) the parts, in argument order, are joined into the
--- one reply (a sum, OK, an array), which then takes its turn as in
--- Note [Reply order]. Each key changes atomically, but the command as a
--- whole does not: another client may see some keys of an MSET updated
--- and others not yet. Parts on one key (DEL k k) run in argument order,
--- as they share a color. When all the keys share one color (one key
--- named several times, or keys that hash alike) the command needs no
--- joining: one event of that color runs every part in order and encodes
--- the joined reply, as for a single-key command, and the whole command
--- is then atomic.
+-- again without a lock) the parts, in argument order, decide the rest:
+-- usually the one reply (a sum, OK, an array), which then takes its turn
+-- as in Note [Reply order]; for a command that reads keys and then writes
+-- one (SINTERSTORE, SMOVE: a 'Steps' plan), the next operations, which go
+-- out under the same number ('continuePlan'), and whose reply is the
+-- command's. Such a command holds the connection's later commands back
+-- until it is done, like a store-wide one: a later command on the key it
+-- writes must see the write, and would otherwise overtake it. Each
+-- key changes atomically, but the command as a whole does not: another
+-- client may see some keys of an MSET updated and others not yet, or the
+-- sources of an SINTERSTORE change between their reads and the write.
+-- Parts on one key (DEL k k) run in argument order, as they share a
+-- color. When all the keys share one color (one key named several times,
+-- or keys that hash alike) the command needs no joining: one event of
+-- that color runs every part and every later step in order and encodes
+-- the reply, as for a single-key command, and the whole command is then
+-- atomic.
 
 -- | A command's work on one color: its sequence number, then the key and
 -- operation of a single-key command, or the keys, operations and their
@@ -55,7 +63,7 @@ hExpire = handler "kv-expire"
 data Work
   = Work !Int !ByteString KeyOp
   | WorkParts !Int [(Int, ByteString, KeyOp)]
-  | WorkAll !Int [(ByteString, KeyOp)] ([Reply] -> Reply)
+  | WorkAll !Int [(ByteString, KeyOp)] ([Reply] -> Plan)
     -- ^ A multi-key command whose keys all have this color: its parts
     -- and their join, done in one go (Note [Multi-key commands]).
   | WorkFlush !Int !(IORef Int)
@@ -69,14 +77,9 @@ data Work
 dispatch :: Env -> Conn -> Held -> IO Bool
 dispatch env c (Held cmds0 malformed) = do
   (ended, groups) <- go (0 :: Int) cmds0 NoWork
-  case groups of
-    NoWork -> return ()
-    OneColor color works -> start color works
-    Colors m -> forM_ (IntMap.toList m) (uncurry start)
+  startGroups env c groups
   return ended
   where
-    rt = envRuntime env
-    start color works = post rt color hCommand (runWorks env c color (reverse works))
     go _ [] !groups = case malformed of
       Nothing -> return (False, groups)
       -- The protocol error, answered in its turn; no more input.
@@ -102,21 +105,15 @@ dispatch env c (Held cmds0 malformed) = do
         s <- takeSeq c
         place c s (encodeReplyChunks r)
         if isQuit cmd then return (True, groups) else go (k + 1) rest groups
-      OnKey key op -> do
+      steps@(Steps {}) -> do
         s <- takeSeq c
-        go (k + 1) rest (add (keyColor (envStore env) key) (Work s key op) groups)
-      OnKeys parts@((key0, _) : more) joinParts
-        | all ((== color0) . keyColor (envStore env) . fst) more -> do
-            s <- takeSeq c
-            go (k + 1) rest (add color0 (WorkAll s parts joinParts) groups)
-        where color0 = keyColor (envStore env) key0
-      OnKeys parts joinParts -> do
+        groups' <- keyWork env c s steps groups
+        -- The commands after it wait until it is done (Note [Multi-key
+        -- commands]).
+        (False, groups') <$ writeIORef (connHeld c) (Held rest malformed)
+      onKeys -> do
         s <- takeSeq c
-        modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
-        -- The command's parts by color, in argument order within each.
-        let byColor = IntMap.fromListWith (++)
-              [ (keyColor (envStore env) key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
-        go (k + 1) rest (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+        keyWork env c s onKeys groups >>= go (k + 1) rest
       where
         -- A store-wide command runs once every command before it has run
         -- (nothing outstanding, nothing posted in this batch); until then
@@ -126,6 +123,39 @@ dispatch env c (Held cmds0 malformed) = do
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
             else (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
+
+-- | Add a command's operations on keys, under its sequence number, to the
+-- batch's work (an 'Answer' takes its place at once).
+keyWork :: Env -> Conn -> Int -> Plan -> Groups -> IO Groups
+keyWork env c s p groups = case p of
+  Answer r -> groups <$ place c s (encodeReplyChunks r)
+  OnKey key op -> return (add (colorOf key) (Work s key op) groups)
+  OnKeys parts joinParts -> keyWork env c s (Steps parts (Answer . joinParts)) groups
+  Steps [] joinParts -> keyWork env c s (joinParts []) groups
+  Steps parts@((key0, _) : more) joinParts
+    | all ((== colorOf key0) . colorOf . fst) more -> return (add (colorOf key0) (WorkAll s parts joinParts) groups)
+    | otherwise -> do
+        modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
+        -- The command's parts by color, in argument order within each.
+        let byColor = IntMap.fromListWith (++)
+              [ (colorOf key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
+        return (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+  -- No command's parts decide on a store-wide step.
+  _ -> groups <$ place c s (encodeReplyChunks (RError "ERR internal error: a store-wide step after a key's"))
+  where colorOf = keyColor (envStore env)
+
+-- | Post each color's share of the work.
+startGroups :: Env -> Conn -> Groups -> IO ()
+startGroups env c groups = case groups of
+  NoWork -> return ()
+  OneColor color works -> start color works
+  Colors m -> forM_ (IntMap.toList m) (uncurry start)
+  where start color works = post (envRuntime env) color hCommand (runWorks env c color (reverse works))
+
+-- | The rest of a multi-key command, as its parts decided, on the
+-- connection's color (Note [Multi-key commands]).
+continuePlan :: Env -> Conn -> Int -> Plan -> IO ()
+continuePlan env c s p = keyWork env c s p NoWork >>= startGroups env c
 
 -- | The most commands one dispatch starts; the rest are held until the
 -- replies of these are out (Note [Back-pressure on large replies] in
@@ -207,13 +237,21 @@ runWorks env c color works = do
           rs <- mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
           go (Parts s rs : acc) rest
         WorkAll s ps joinParts -> do
-          rs <- mapM (uncurry runOne) ps
-          let !chunks = encodeReplyChunks (joinParts rs)
-          go (Whole s chunks : acc) rest
+          r <- mapM (uncurry runOne) ps >>= finish s . joinParts
+          go (r : acc) rest
         WorkFlush s left -> do
           flushColor (envStore env) color
           n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
           go (if n == 0 then Whole s (encodeReplyChunks ok) : acc else acc) rest
+      -- What a multi-key command's parts decided: done here while its keys
+      -- are this color's, else sent on ('Then').
+      finish s next = case next of
+        Answer r -> let !chunks = encodeReplyChunks r in return (Whole s chunks)
+        OnKey key op | here key -> runOne key op >>= finish s . Answer
+        OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runOne) ps >>= finish s . Answer . joinParts
+        Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runOne) ps >>= finish s . joinParts
+        _ -> return (Then s next)
+      here key = keyColor (envStore env) key == color
   results <- go [] works
   unless (null results) $ post (envRuntime env) (connColor c) hReply (envResults env c (reverse results))
 

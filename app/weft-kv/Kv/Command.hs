@@ -35,6 +35,8 @@ import qualified Data.Set as Set
 import Kv.Collections
 import Kv.Plan
 import Kv.Resp
+import Kv.Lists (listCommands)
+import Kv.Sets (setCommands)
 import Kv.Store
 import Kv.Text (globMatch)
 import Weft.Net (byteAt)
@@ -83,7 +85,7 @@ printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 commands :: IntMap.IntMap [Command]
 commands = IntMap.fromListWith (++)
   [ (nameHash name, [entry])
-  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ collectionCommands ]
+  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ listCommands ++ collectionCommands ++ setCommands ]
 
 -- | A command's table entry, by its name in any case.
 lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)

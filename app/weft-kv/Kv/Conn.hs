@@ -42,6 +42,7 @@ import Network.Socket (SockAddr)
 import Weft.Color (FdWatch, Runtime)
 import qualified Weft.Net as Net
 
+import Kv.Plan (Plan)
 import Kv.Resp
 import Kv.Store (Store)
 
@@ -144,8 +145,9 @@ andThen (Held cmds _) (Held more malformed) = Held (cmds ++ more) malformed
 -- | A reply waiting for its turn.
 data Early
   = Encoded ![ByteString]
-  | Joining !Int !(IntMap.IntMap Reply) ([Reply] -> Reply)
-    -- ^ Parts still to come, the parts so far by position, the join.
+  | Joining !Int !(IntMap.IntMap Reply) ([Reply] -> Plan)
+    -- ^ Parts still to come, the parts so far by position, and what the
+    -- parts decide (Note [Multi-key commands] in "Kv.Batch").
 
 data Phase
   = Open
@@ -199,9 +201,10 @@ data Phase
 -- output limit (Note [Output limits] in "Kv.Server") is left for a single
 -- window whose replies are larger than it.
 
--- | What a 'Work' answered: a whole command's encoded reply, or one part
--- of a multi-key command.
-data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)]
+-- | What a 'Work' answered: a whole command's encoded reply, one color's
+-- parts of a multi-key command, or the next step of a multi-key command
+-- that names keys of other colors.
+data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)] | Then !Int Plan
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do
@@ -210,8 +213,9 @@ takeSeq c = do
   return s
 
 -- | One color's parts of a multi-key command, by position
--- (Note [Multi-key commands] in "Kv.Batch").
-partsArrived :: Conn -> Int -> [(Int, Reply)] -> IO ()
+-- (Note [Multi-key commands] in "Kv.Batch"): once every part is in, what
+-- they decide, for the caller to carry out.
+partsArrived :: Conn -> Int -> [(Int, Reply)] -> IO (Maybe Plan)
 partsArrived c s new = do
   early <- readIORef (connEarly c)
   case IntMap.lookup s early of
@@ -219,11 +223,11 @@ partsArrived c s new = do
       let left' = left - length new
           parts' = foldl (\m (i, r) -> IntMap.insert i r m) parts new
       if left' > 0
-        then writeIORef (connEarly c) (IntMap.insert s (Joining left' parts' joinParts) early)
+        then Nothing <$ writeIORef (connEarly c) (IntMap.insert s (Joining left' parts' joinParts) early)
         else do
           writeIORef (connEarly c) (IntMap.delete s early)
-          place c s (encodeReplyChunks (joinParts (IntMap.elems parts')))
-    _ -> return ()
+          return (Just (joinParts (IntMap.elems parts')))
+    _ -> return Nothing
 
 -- | Put a reply in its place (Note [Reply order]).
 place :: Conn -> Int -> [ByteString] -> IO ()

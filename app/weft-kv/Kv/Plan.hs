@@ -15,6 +15,9 @@ module Kv.Plan
   , upper
   , withInt
   , withCount
+    -- * Collections
+  , sizeOp
+  , removeFrom
   ) where
 
 import Data.ByteString (ByteString)
@@ -32,6 +35,11 @@ data Plan
   | OnKeys [(ByteString, KeyOp)] ([Reply] -> Reply)
     -- ^ One operation per key, each on its key's color; their replies, in
     -- the order of the list, are joined into the command's reply.
+  | Steps [(ByteString, KeyOp)] ([Reply] -> Plan)
+    -- ^ As 'OnKeys', but the replies decide the rest of the command: its
+    -- reply ('Answer'), or more operations whose reply becomes the
+    -- command's. The connection's later commands wait until it is done
+    -- (Note [Multi-key commands] in "Kv.Batch").
   | Surveying Survey
     -- ^ A read of every key, once the connection's earlier commands have
     -- run (Note [Store-wide commands] in "Kv.Server").
@@ -71,3 +79,21 @@ withCount :: ByteString -> (Int -> Plan) -> Plan
 withCount s k = case readInteger s of
   Just n | n >= 0 -> k n
   _ -> Answer (RError "ERR value is out of range, must be positive")
+
+-- | LLEN, SCARD, HLEN, ZCARD: the collection's size (given by @size@ for
+-- the right type), 0 for a missing key, WRONGTYPE for another type.
+sizeOp :: (Value -> Maybe Int) -> KeyOp
+sizeOp size _ _ v = Outcome Keep $ case v of
+  Nothing -> RInt 0
+  Just value -> maybe wrongType RInt (size value)
+
+-- | Remove items from a collection: how many were there. A key whose
+-- collection empties goes, as in redis; one of another type is WRONGTYPE.
+removeFrom :: (Value -> Maybe c) -> (c -> Value) -> (ByteString -> c -> c) -> (c -> Int) -> [ByteString] -> KeyOp
+removeFrom view wrap remove size items _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just value -> case view value of
+    Nothing -> Outcome Keep wrongType
+    Just c -> let c' = foldr remove c items
+              in Outcome (if size c' == 0 then Delete else Replace (wrap c')) (RInt (size c - size c'))
+

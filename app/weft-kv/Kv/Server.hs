@@ -266,7 +266,8 @@ resultsArrived env c results = do
     _ -> do
       forM_ results $ \r -> case r of
         Whole s chunks -> place c s chunks
-        Parts s parts -> partsArrived c s parts
+        Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
+        Then s next -> continuePlan env c s next
       settle env c
 
 -- | After any change: send what is due, close if finished, and read again

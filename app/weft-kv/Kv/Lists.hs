@@ -1,0 +1,289 @@
+{-# LANGUAGE BangPatterns, OverloadedStrings #-}
+-- The command table's plans match the argument lists their arity admits;
+-- "Kv.Plan" checks the arity before a plan runs, so those patterns are
+-- complete in use though not in type.
+{-# OPTIONS_GHC -Wno-incomplete-uni-patterns #-}
+-- | weft-kv's commands on lists, those of one key and those that move
+-- elements between keys (LMOVE, RPOPLPUSH) or pick one of several
+-- (LMPOP), whose keys may have several colors (Note [Multi-key commands]
+-- in "Kv.Batch").
+module Kv.Lists
+  ( listCommands
+  ) where
+
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import Data.Foldable (foldr', toList)
+import Data.Maybe (fromMaybe)
+import qualified Data.Sequence as Seq
+
+import Kv.Plan
+import Kv.Resp
+import Kv.Store
+
+-- | The commands of this module, for "Kv.Command"'s table.
+listCommands :: [Command]
+listCommands =
+  [ ("LPUSH", (AtLeast 2, \(k : vs) -> OnKey k (pushOp True (map B.copy vs))))
+  , ("RPUSH", (AtLeast 2, \(k : vs) -> OnKey k (pushOp False (map B.copy vs))))
+  , ("LPOP", (Between 1 2, popCommand True))
+  , ("RPOP", (Between 1 2, popCommand False))
+  , ("LRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (\j -> OnKey k (lrangeOp i j)))))
+  , ("LLEN", (Exactly 1, \[k] -> OnKey k llenOp))
+  , ("LPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp True (map B.copy vs))))
+  , ("RPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp False (map B.copy vs))))
+  , ("LINDEX", (Exactly 2, \[k, i] -> OnKey k (lindexOp i)))
+  , ("LSET", (Exactly 3, \[k, i, x] -> OnKey k (lsetOp i (B.copy x))))
+  , ("LTRIM", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . ltrimOp i))))
+  , ("LREM", (Exactly 3, \[k, n, x] -> withInt n (\c -> OnKey k (lremOp c x))))
+  , ("LINSERT", (Exactly 4, linsertCommand))
+  , ("LPOS", (AtLeast 2, lposCommand))
+  , ("LMOVE", (Exactly 4, \[src, dst, from, to] -> withEnd from (withEnd to . lmove src dst)))
+  , ("RPOPLPUSH", (Exactly 2, \[src, dst] -> lmove src dst False True))
+  , ("LMPOP", (AtLeast 3, lmpopCommand))
+  ]
+
+-- | Push values one by one, at the head (LPUSH) or the tail (RPUSH).
+pushOp :: Bool -> [ByteString] -> KeyOp
+pushOp atHead vs _ _ v = case v of
+  Nothing -> push Seq.empty
+  Just (VList l) -> push l
+  Just _ -> Outcome Keep wrongType
+  where
+    push l = let l' = if atHead then foldl (flip (Seq.<|)) l vs else foldl (Seq.|>) l vs
+             in Outcome (Replace (VList l')) (RInt (Seq.length l'))
+
+-- | LPOP / RPOP key [count]
+popCommand :: Bool -> [ByteString] -> Plan
+popCommand fromHead [k] = OnKey k (popOp fromHead Nothing)
+popCommand fromHead [k, n] = withCount n (OnKey k . popOp fromHead . Just)
+popCommand _ _ = Answer syntaxError
+
+popOp :: Bool -> Maybe Int -> KeyOp
+popOp fromHead count _ _ v = case v of
+  Nothing -> Outcome Keep (if count == Nothing then RNil else RNilArray)
+  Just (VList l) ->
+    let n = fromMaybe 1 count
+        (taken, rest) = if fromHead then Seq.splitAt n l
+                        else let (a, b) = Seq.splitAt (Seq.length l - n) l in (Seq.reverse b, a)
+        update = if Seq.null rest then Delete else Replace (VList rest)
+        reply = case count of
+          Nothing -> maybe RNil RBulk (Seq.lookup 0 taken)
+          Just _ -> RArray (map RBulk (toList taken))
+    in Outcome (if Seq.null taken then Keep else update) reply
+  Just _ -> Outcome Keep wrongType
+
+-- | LRANGE key start stop, with Redis's index rules (negative counts from
+-- the end; out-of-range ends are clamped).
+lrangeOp :: Int -> Int -> KeyOp
+lrangeOp start stop _ _ v = case v of
+  Nothing -> Outcome Keep (RArray [])
+  Just (VList l) ->
+    let n = Seq.length l
+        norm i = if i < 0 then max 0 (n + i) else i
+        a = norm start
+        b = min (n - 1) (if stop < 0 then n + stop else stop)
+        -- A strict list of evaluated replies: built lazily, each element
+        -- was a thunk that the encoder's passes forced and then re-entered.
+        bulks = foldr' (\x rest -> let !r = RBulk x in r : rest) [] (Seq.take (b - a + 1) (Seq.drop a l))
+    in Outcome Keep (RArray (if a > b then [] else bulks))
+  Just _ -> Outcome Keep wrongType
+
+-- | LPUSHX / RPUSHX: push only onto an existing list (0 if there is none).
+pushxOp :: Bool -> [ByteString] -> KeyOp
+pushxOp atHead vs now c v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  _ -> pushOp atHead vs now c v
+
+-- | A list index as redis reads it: negative ones count from the end.
+listIndex :: Int -> Int -> Int
+listIndex n i = if i < 0 then n + i else i
+
+-- | LINDEX key index: the element there, nil out of range. As in redis,
+-- the key and its type are checked before the index is read.
+lindexOp :: ByteString -> KeyOp
+lindexOp i _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VList l) -> case readInteger i of
+    Nothing -> notInteger
+    Just n -> maybe RNil RBulk (Seq.lookup (listIndex (Seq.length l) n) l)
+  Just _ -> wrongType
+
+-- | LSET key index value (the key and its type checked first, as LINDEX).
+lsetOp :: ByteString -> ByteString -> KeyOp
+lsetOp i x _ _ v = case v of
+  Nothing -> Outcome Keep (RError "ERR no such key")
+  Just (VList l) -> case readInteger i of
+    Nothing -> Outcome Keep notInteger
+    Just n
+      | j < 0 || j >= Seq.length l -> Outcome Keep (RError "ERR index out of range")
+      | otherwise -> Outcome (Replace (VList (Seq.update j x l))) (RSimple "OK")
+      where j = listIndex (Seq.length l) n
+  Just _ -> Outcome Keep wrongType
+
+-- | LTRIM key start stop: keep that range (redis's clamping); a list left
+-- empty goes.
+ltrimOp :: Int -> Int -> KeyOp
+ltrimOp start stop _ _ v = case v of
+  Nothing -> Outcome Keep (RSimple "OK")
+  Just (VList l) ->
+    let n = Seq.length l
+        a = max 0 (listIndex n start)
+        b = min (n - 1) (listIndex n stop)
+        kept = if a > b || a >= n then Seq.empty else Seq.take (b - a + 1) (Seq.drop a l)
+    in Outcome (if Seq.null kept then Delete else Replace (VList kept)) (RSimple "OK")
+  Just _ -> Outcome Keep wrongType
+
+-- | LREM key count element: remove up to |count| equal elements from the
+-- head (count > 0) or the tail (count < 0), or all of them (0).
+lremOp :: Int -> ByteString -> KeyOp
+lremOp count x _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VList l) ->
+    let limit = if count == 0 then maxBound else abs count
+        dropSome xs = go limit xs
+          where go 0 ys = ys
+                go k ys = case Seq.viewl ys of
+                  Seq.EmptyL -> Seq.empty
+                  y Seq.:< rest -> if y == x then go (k - 1) rest else y Seq.<| go k rest
+        l' = if count < 0 then Seq.reverse (dropSome (Seq.reverse l)) else dropSome l
+        removed = Seq.length l - Seq.length l'
+    in Outcome (if removed == 0 then Keep else if Seq.null l' then Delete else Replace (VList l')) (RInt removed)
+  Just _ -> Outcome Keep wrongType
+
+-- | LINSERT key BEFORE|AFTER pivot element: the new length, -1 without
+-- the pivot, 0 without the key.
+linsertCommand :: [ByteString] -> Plan
+linsertCommand [k, where_, pivot, x] = case upper where_ of
+  "BEFORE" -> OnKey k (linsertOp 0 pivot (B.copy x))
+  "AFTER" -> OnKey k (linsertOp 1 pivot (B.copy x))
+  _ -> Answer syntaxError
+linsertCommand _ = Answer syntaxError
+
+linsertOp :: Int -> ByteString -> ByteString -> KeyOp
+linsertOp after pivot x _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VList l) -> case Seq.elemIndexL pivot l of
+    Nothing -> Outcome Keep (RInt (-1))
+    Just i -> let l' = Seq.insertAt (i + after) x l
+              in Outcome (Replace (VList l')) (RInt (Seq.length l'))
+  Just _ -> Outcome Keep wrongType
+
+llenOp :: KeyOp
+llenOp = sizeOp (\x -> case x of VList l -> Just (Seq.length l); _ -> Nothing)
+
+-- | LPOS key element [RANK rank] [COUNT num] [MAXLEN len]: the index of
+-- the rank-th match (from the tail for a negative rank), or with COUNT an
+-- array of up to that many (0: all), looking at no more than MAXLEN
+-- elements (0: all). Options are read before the key, as redis does.
+lposCommand :: [ByteString] -> Plan
+lposCommand (k : x : opts0) = go opts0 1 Nothing 0
+  where
+    go [] rank count maxlen = OnKey k (lposOp x rank count maxlen)
+    go (o : n : rest) rank count maxlen = case upper o of
+      "RANK" -> case readInteger n of
+        Just 0 -> Answer (RError "ERR RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list")
+        Just r -> go rest r count maxlen
+        Nothing -> Answer notInteger
+      "COUNT" -> positive "COUNT" n (\c -> go rest rank (Just c) maxlen)
+      "MAXLEN" -> positive "MAXLEN" n (go rest rank count)
+      _ -> Answer syntaxError
+    go _ _ _ _ = Answer syntaxError
+    positive what n next = case readInteger n of
+      Just c | c >= 0 -> next c
+      _ -> Answer (RError ("ERR " <> what <> " can't be negative"))
+lposCommand _ = Answer syntaxError
+
+-- | Redis's search, step for step, in 'Int' arithmetic that wraps as
+-- redis's does: a rank of -2^63 negates to itself, so it takes every
+-- match from the tail, and with a count, takes them all.
+lposOp :: ByteString -> Int -> Maybe Int -> Int -> KeyOp
+lposOp x rank0 count maxlen _ _ v = Outcome Keep $ case v of
+  Nothing -> maybe RNil (const (RArray [])) count
+  Just (VList l) ->
+    let n = Seq.length l
+        fromTail = rank0 < 0
+        rank = if fromTail then negate rank0 else rank0
+        positions = zip [0 :: Int ..] (if fromTail then [n - 1, n - 2 .. 0] else [0 .. n - 1])
+        walk _ [] = []
+        walk matches ((index, i) : rest)
+          | maxlen /= 0 && index >= maxlen = []
+          | Seq.index l i /= x = walk matches rest
+          | matches' < rank = walk matches' rest
+          | otherwise = case count of
+              Just c | c /= 0 && matches' - rank + 1 >= c -> [i]
+              Just _ -> i : walk matches' rest
+              Nothing -> [i]
+          where matches' = matches + 1
+        hits = walk 0 positions
+    in case count of
+      Nothing -> case hits of
+        i : _ -> RInt i
+        [] -> RNil
+      Just _ -> RArray (map RInt hits)
+  Just _ -> wrongType
+
+-- | LEFT or RIGHT (head: 'True'), else redis's syntax error.
+withEnd :: ByteString -> (Bool -> Plan) -> Plan
+withEnd w k = case upper w of
+  "LEFT" -> k True
+  "RIGHT" -> k False
+  _ -> Answer syntaxError
+
+-- | LMOVE source destination (RPOPLPUSH: from the tail to the head), in
+-- steps, as redis decides it: a missing source answers nil; a source or
+-- destination of another type is WRONGTYPE, before anything moves; then
+-- the element is popped from the source and, once popped, pushed onto the
+-- destination, and is the reply. Between the steps another client may
+-- change either key; should the destination have become another type,
+-- the element is dropped and the reply is WRONGTYPE.
+lmove :: ByteString -> ByteString -> Bool -> Bool -> Plan
+lmove src dst fromHead toHead = Steps [(src, listProbe), (dst, listProbe)] decide
+  where
+    decide [srcPart, dstPart] = case (srcPart, dstPart) of
+      (RNil, _) -> Answer RNil
+      (e@(RError _), _) -> Answer e
+      (_, e@(RError _)) -> Answer e
+      _ -> Steps [(src, popOp fromHead Nothing)] moved
+    decide _ = Answer syntaxError
+    moved [RBulk x] = OnKey dst (pushMoved x)
+    moved [r] = Answer r
+    moved _ = Answer syntaxError
+    pushMoved x _ _ v = case v of
+      Nothing -> Outcome (Replace (VList (Seq.singleton x))) (RBulk x)
+      Just (VList l) -> Outcome (Replace (VList (if toHead then x Seq.<| l else l Seq.|> x))) (RBulk x)
+      Just _ -> Outcome Keep wrongType
+
+-- | A key's part of LMOVE and LMPOP: its list's length (nil for a missing
+-- key), or WRONGTYPE.
+listProbe :: KeyOp
+listProbe _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VList l) -> RInt (Seq.length l)
+  Just _ -> wrongType
+
+-- | LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pop from the
+-- first of the keys that holds a non-empty list, and answer its name and
+-- the elements; nil if none does. As in redis, only the keys up to that
+-- one are checked for their type.
+lmpopCommand :: [ByteString] -> Plan
+lmpopCommand (n : rest) = case readInteger n of
+  Just numkeys | numkeys > 0 -> case drop numkeys rest of
+    [] -> Answer syntaxError
+    w : opts -> withEnd w $ \fromHead -> case opts of
+      [] -> go (take numkeys rest) fromHead 1
+      [c, m] | upper c == "COUNT" -> case readInteger m of
+        Just count | count > 0 -> go (take numkeys rest) fromHead count
+        _ -> Answer (RError "ERR count should be greater than 0")
+      _ -> Answer syntaxError
+  _ -> Answer (RError "ERR numkeys should be greater than 0")
+  where
+    go ks fromHead count = Steps [ (k, listProbe) | k <- ks ] (pick (zip ks) fromHead count)
+    pick pair fromHead count parts = case [ p | p@(_, r) <- pair parts, r /= RNil, r /= RInt 0 ] of
+      (_, e@(RError _)) : _ -> Answer e
+      (k, _) : _ -> Steps [(k, popOp fromHead (Just count))] $ \popped -> case popped of
+        [RArray xs@(_ : _)] -> Answer (RArray [RBulk k, RArray xs])
+        _ -> Answer RNilArray
+      [] -> Answer RNilArray
+lmpopCommand _ = Answer syntaxError
+

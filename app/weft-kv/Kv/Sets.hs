@@ -1,0 +1,248 @@
+{-# LANGUAGE OverloadedStrings #-}
+-- The command table's plans match the argument lists their arity admits;
+-- "Kv.Plan" checks the arity before a plan runs, so those patterns are
+-- complete in use though not in type.
+{-# OPTIONS_GHC -Wno-incomplete-uni-patterns #-}
+-- | weft-kv's commands on sets, those of one key and those that combine
+-- several (SINTER, SUNION, SDIFF and their STORE forms, SINTERCARD,
+-- SMOVE), whose keys may have several colors (Note [Multi-key commands]
+-- in "Kv.Batch").
+module Kv.Sets
+  ( setCommands
+  ) where
+
+import Data.Bits (shiftR, xor)
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import Data.Maybe (fromMaybe, listToMaybe)
+import qualified Data.Set as Set
+import Data.Word (Word64)
+
+import Kv.Plan
+import Kv.Resp
+import Kv.Store
+
+-- | The commands of this module, for "Kv.Command"'s table.
+setCommands :: [Command]
+setCommands =
+  [ ("SADD", (AtLeast 2, \(k : ms) -> OnKey k (saddOp (map B.copy ms))))
+  , ("SPOP", (Between 1 2, spopCommand))
+  , ("SCARD", (Exactly 1, \[k] -> OnKey k scardOp))
+  , ("SRANDMEMBER", (AtLeast 1, srandmemberCommand))
+  , ("SISMEMBER", (Exactly 2, \[k, m] -> OnKey k (sismemberOp m)))
+  , ("SREM", (AtLeast 2, \(k : ms) -> OnKey k (sremOp ms)))
+  , ("SMEMBERS", (Exactly 1, \[k] -> OnKey k smembersOp))
+  , ("SMISMEMBER", (AtLeast 2, \(k : ms) -> OnKey k (smismemberOp ms)))
+  , ("SINTER", (AtLeast 1, \ks -> reading Inter ks (RArray . map RBulk . Set.toList)))
+  , ("SUNION", (AtLeast 1, \ks -> reading Union ks (RArray . map RBulk . Set.toList)))
+  , ("SDIFF", (AtLeast 1, \ks -> reading Diff ks (RArray . map RBulk . Set.toList)))
+  , ("SINTERSTORE", (AtLeast 2, \(d : ks) -> combining Inter ks (OnKey d . storeOp)))
+  , ("SUNIONSTORE", (AtLeast 2, \(d : ks) -> combining Union ks (OnKey d . storeOp)))
+  , ("SDIFFSTORE", (AtLeast 2, \(d : ks) -> combining Diff ks (OnKey d . storeOp)))
+  , ("SINTERCARD", (AtLeast 2, sintercardCommand))
+  , ("SMOVE", (Exactly 3, \[src, dst, m] -> smoveCommand src dst m))
+  ]
+
+saddOp :: [ByteString] -> KeyOp
+saddOp ms _ _ v = case v of
+  Nothing -> add Set.empty
+  Just (VSet s) -> add s
+  Just _ -> Outcome Keep wrongType
+  where
+    add s = let s' = foldr Set.insert s ms
+            in Outcome (Replace (VSet s')) (RInt (Set.size s' - Set.size s))
+
+-- | SPOP key [count]
+spopCommand :: [ByteString] -> Plan
+spopCommand [k] = OnKey k (spopOp Nothing)
+spopCommand [k, n] = withCount n (OnKey k . spopOp . Just)
+spopCommand _ = Answer syntaxError
+
+-- | Remove random members. The randomness comes from the clock, mixed:
+-- good enough to spread choices, not for anything that needs secrecy.
+spopOp :: Maybe Int -> KeyOp
+spopOp count now _ v = case v of
+  Nothing -> Outcome Keep (if count == Nothing then RNil else RArray [])
+  Just (VSet s) ->
+    let (taken, rest) = pickDistinct (fromMaybe 1 count) s (randoms (clockSeed now))
+        update = if Set.null rest then Delete else Replace (VSet rest)
+        reply = case count of
+          Nothing -> maybe RNil RBulk (listToMaybe taken)
+          Just _ -> RArray (map RBulk taken)
+    in Outcome (if null taken then Keep else update) reply
+  Just _ -> Outcome Keep wrongType
+
+-- | Up to @n@ distinct members drawn at random, in draw order, and the
+-- members left.
+pickDistinct :: Int -> Set.Set ByteString -> [Word64] -> ([ByteString], Set.Set ByteString)
+pickDistinct n0 s0 = go n0 s0 []
+  where
+    go n set acc (r : rs)
+      | n > 0 && not (Set.null set) =
+          let i = fromIntegral (r `mod` fromIntegral (Set.size set))
+          in go (n - 1) (Set.deleteAt i set) (Set.elemAt i set : acc) rs
+    go _ set acc _ = (reverse acc, set)
+
+-- | A seed for random choices, from the monotonic clock in nanoseconds.
+clockSeed :: Now -> Word64
+clockSeed now = fromIntegral (nowSeed now) * 0x2545f4914f6cdd1d
+
+-- | splitmix64's finaliser over a counter started at the seed: good enough
+-- to spread choices, not for anything that needs secrecy.
+randoms :: Word64 -> [Word64]
+randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
+  where
+    mix z0 = let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
+                 z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
+             in z2 `xor` (z2 `shiftR` 31)
+
+-- | SRANDMEMBER key [count]: a random member (nil without the set); with a
+-- count, up to that many distinct members, or, for a negative count,
+-- that many with repeats. The count is read before the key, as redis does.
+srandmemberCommand :: [ByteString] -> Plan
+srandmemberCommand [k] = OnKey k (srandmemberOp Nothing)
+srandmemberCommand [k, n] = case readInteger n of
+  Nothing -> Answer notInteger
+  Just c | c == minBound -> Answer (RError "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+         | otherwise -> OnKey k (srandmemberOp (Just c))
+srandmemberCommand _ = Answer syntaxError
+
+srandmemberOp :: Maybe Int -> KeyOp
+srandmemberOp count now _ v = Outcome Keep $ case v of
+  Nothing -> if count == Nothing then RNil else RArray []
+  Just (VSet s) ->
+    let rs = randoms (clockSeed now)
+        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size s))) s
+    in case count of
+      Nothing -> maybe RNil (RBulk . at) (listToMaybe rs)
+      Just c
+        | c < 0 -> RArray (map (RBulk . at) (take (negate c) rs))
+        | c >= Set.size s -> RArray (map RBulk (Set.toList s))
+        | otherwise -> RArray (map RBulk (fst (pickDistinct c s rs)))
+  Just _ -> wrongType
+
+scardOp :: KeyOp
+scardOp = sizeOp (\x -> case x of VSet m -> Just (Set.size m); _ -> Nothing)
+
+-- | SREM: how many of the members were there; an emptied set goes.
+sremOp :: [ByteString] -> KeyOp
+sremOp = removeFrom (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet Set.delete Set.size
+
+-- | SMEMBERS: the members, in no order a client may rely on (redis's
+-- order is its hash table's; this is byte order).
+smembersOp :: KeyOp
+smembersOp _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray []
+  Just (VSet s) -> RArray (map RBulk (Set.toList s))
+  Just _ -> wrongType
+
+sismemberOp :: ByteString -> KeyOp
+sismemberOp m _ _ v = Outcome Keep $ case v of
+  Nothing -> RInt 0
+  Just (VSet s) -> RInt (if Set.member m s then 1 else 0)
+  Just _ -> wrongType
+
+-- | SMISMEMBER key member [member ...]: 1 or 0 for each.
+smismemberOp :: [ByteString] -> KeyOp
+smismemberOp ms _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray (map (const (RInt 0)) ms)
+  Just (VSet s) -> RArray [ RInt (if Set.member m s then 1 else 0) | m <- ms ]
+  Just _ -> wrongType
+
+------------------------------------------------------------------------------
+-- Several sets
+
+data Combine = Inter | Union | Diff
+
+-- | Read every key's set (each on its key's color), combine them, and
+-- answer from the result.
+reading :: Combine -> [ByteString] -> (Set.Set ByteString -> Reply) -> Plan
+reading how ks answer = OnKeys [ (k, readSet) | k <- ks ] (either id answer . combineParts how)
+
+-- | Read every key's set, combine them, and go on with the result (a
+-- write: the STORE forms).
+combining :: Combine -> [ByteString] -> (Set.Set ByteString -> Plan) -> Plan
+combining how ks next = Steps [ (k, readSet) | k <- ks ] (either Answer next . combineParts how)
+
+-- | The keys' parts combined. As in redis, a missing key is an empty set,
+-- and any key of another type makes the command WRONGTYPE, wherever it is.
+combineParts :: Combine -> [Reply] -> Either Reply (Set.Set ByteString)
+combineParts how rs = case [ e | e@(RError _) <- rs ] of
+  e : _ -> Left e
+  [] -> Right (combine how (map membersOf rs))
+  where
+    combine Inter ss | any Set.null ss = Set.empty
+                     | otherwise = foldr1 Set.intersection ss
+    combine Union ss = Set.unions ss
+    combine Diff (s : rest) = foldl Set.difference s rest
+    combine Diff [] = Set.empty
+    membersOf (RArray xs) = Set.fromDistinctAscList [ m | RBulk m <- xs ]
+    membersOf _ = Set.empty
+
+-- | A key's part of a combining command: its members in order (none for a
+-- missing key), or WRONGTYPE.
+readSet :: KeyOp
+readSet _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray []
+  Just (VSet s) -> RArray (map RBulk (Set.toAscList s))
+  Just _ -> wrongType
+
+-- | The STORE forms' write: the destination, of whatever type it was,
+-- becomes the result without expiry, or goes if the result is empty.
+storeOp :: Set.Set ByteString -> KeyOp
+storeOp s _ _ v
+  | Set.null s = Outcome (maybe Keep (const Delete) v) (RInt 0)
+  | otherwise = Outcome (Fresh (VSet (Set.map B.copy s))) (RInt (Set.size s))
+
+-- | SINTERCARD numkeys key [key ...] [LIMIT limit]: the intersection's
+-- size, counted up to the limit (0: no limit), with redis's errors.
+sintercardCommand :: [ByteString] -> Plan
+sintercardCommand (n : rest) = case readInteger n of
+  Just numkeys | numkeys > 0 ->
+    if numkeys > length rest then Answer (RError "ERR Number of keys can't be greater than number of args") else
+    let (ks, opts) = splitAt numkeys rest
+    in case opts of
+      [] -> count ks 0
+      [l, x] | upper l == "LIMIT" -> case readInteger x of
+        Just limit | limit >= 0 -> count ks limit
+        _ -> Answer (RError "ERR LIMIT can't be negative")
+      _ -> Answer syntaxError
+  _ -> Answer (RError "ERR numkeys should be greater than 0")
+  where
+    count ks limit = reading Inter ks $ \s ->
+      RInt (if limit == 0 then Set.size s else min limit (Set.size s))
+sintercardCommand _ = Answer syntaxError
+
+-- | SMOVE source destination member, in two steps, as redis decides it:
+-- first both keys are checked (a missing source answers 0 before the
+-- destination's type is looked at; a source or destination of another
+-- type is WRONGTYPE) and the member looked for; then, if it is there, it
+-- is removed from the source, and once removed, added to the
+-- destination. Between the steps another client may change either key;
+-- should the destination have become another type, the member is
+-- dropped and the reply is WRONGTYPE.
+smoveCommand :: ByteString -> ByteString -> ByteString -> Plan
+smoveCommand src dst m = Steps [(src, probe), (dst, readType)] decide
+  where
+    probe _ _ v = Outcome Keep $ case v of
+      Nothing -> RNil
+      Just (VSet s) -> RInt (if Set.member m s then 1 else 0)
+      Just _ -> wrongType
+    readType _ _ v = Outcome Keep $ case v of
+      Just (VSet _) -> RInt 1
+      Nothing -> RInt 0
+      Just _ -> wrongType
+    decide [srcPart, dstPart] = case (srcPart, dstPart) of
+      (RNil, _) -> Answer (RInt 0)
+      (e@(RError _), _) -> Answer e
+      (_, e@(RError _)) -> Answer e
+      (present, _) | src == dst || present == RInt 0 -> Answer present
+      _ -> Steps [(src, sremOp [m])] moved
+    decide _ = Answer syntaxError
+    moved [RInt 1] = OnKey dst (addMoved (B.copy m))
+    moved [r] = Answer r
+    moved _ = Answer syntaxError
+    addMoved x _ _ v = case v of
+      Nothing -> Outcome (Fresh (VSet (Set.singleton x))) (RInt 1)
+      Just (VSet s) -> Outcome (Replace (VSet (Set.insert x s))) (RInt 1)
+      Just _ -> Outcome Keep wrongType
