@@ -342,7 +342,7 @@ genCommand = frequency
   , (1, args [word "LPOS", key, value, lposOptions])
   , (2, args [word "LMOVE", key, key, ends, ends])
   , (1, args [word "RPOPLPUSH", key, key])
-  , (1, args [word "LMPOP", count, keys, ends, optional (sequence [caseOf "COUNT", head <$> count])])
+  , (1, args [word "LMPOP", count, keys, ends, optional (sequence [caseOf "COUNT", countText])])
   , (3, args [word "SADD", key, values])
   , (1, args [word "SREM", key, values])
   , (2, args [elements' ["SCARD", "SMEMBERS"], key])
@@ -350,7 +350,7 @@ genCommand = frequency
   , (1, args [word "SMISMEMBER", key, values])
   , (3, args [elements' ["SINTER", "SUNION", "SDIFF"], keys])
   , (2, args [elements' ["SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"], key, keys])
-  , (1, args [word "SINTERCARD", count, keys, optional (sequence [caseOf "LIMIT", head <$> count])])
+  , (1, args [word "SINTERCARD", count, keys, optional (sequence [caseOf "LIMIT", countText])])
   , (2, args [word "SMOVE", key, key, value])
   , (3, args [word "HSET", key, fieldValues])
   , (1, args [word "HGET", key, field])
@@ -393,8 +393,10 @@ genCommand = frequency
     scoreMembers = concat <$> several (sequence [scoreText, memberName])
     scoreText = frequency [(3, C.pack . show <$> (choose (-5, 5) :: Gen Int)), (2, elements floats), (1, elements integerEdges)]
     integer = (: []) <$> frequency [(3, elements integerEdges), (2, C.pack . show <$> (choose (-10, 10) :: Gen Int))]
-    index = (: []) <$> frequency [(4, C.pack . show <$> (choose (-6, 6) :: Gen Int)), (1, elements integerEdges)]
-    count = (: []) <$> frequency [(4, C.pack . show <$> (choose (0, 5) :: Gen Int)), (1, elements integerEdges)]
+    index = (: []) <$> indexText
+    indexText = frequency [(4, C.pack . show <$> (choose (-6, 6) :: Gen Int)), (1, elements integerEdges)]
+    count = (: []) <$> countText
+    countText = frequency [(4, C.pack . show <$> (choose (0, 5) :: Gen Int)), (1, elements integerEdges)]
     -- Far enough from now that no answer depends on the milliseconds a
     -- command takes: whole seconds of 1000 or more, or none at all.
     expireTime = (: []) <$> frequency
@@ -414,8 +416,8 @@ genCommand = frequency
       , sequence [caseOf "EX"] ]))
     ends = (: []) <$> elements ["LEFT", "RIGHT", "left", "Right", "UP"]
     lposOptions = concat <$> resize 3 (listOf (oneof
-      [ sequence [caseOf "RANK", head <$> index], sequence [caseOf "COUNT", head <$> count]
-      , sequence [caseOf "MAXLEN", head <$> count], word "RANK" ]))
+      [ sequence [caseOf "RANK", indexText], sequence [caseOf "COUNT", countText]
+      , sequence [caseOf "MAXLEN", countText], word "RANK" ]))
     expireOptions = resize 2 (listOf (elements ["NX", "XX", "GT", "LT", "gt", "FOO"]))
     zaddOptions = resize 3 (listOf (elements ["NX", "XX", "GT", "LT", "CH", "INCR", "ch", "incr"]))
     zrangeOptions = concat <$> resize 3 (listOf (oneof
