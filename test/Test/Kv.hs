@@ -362,7 +362,15 @@ genCommand = frequency
   , (1, args [word "HINCRBY", key, field, integer])
   , (2, args [elements' ["HLEN", "HGETALL"], key])
   , (4, args [word "ZADD", key, zaddOptions, scoreMembers])
-  , (1, args [word "ZPOPMIN", key, optional count])
+  , (1, args [elements' ["ZPOPMIN", "ZPOPMAX"], key, optional count])
+  , (1, args [word "ZREM", key, fields])
+  , (1, args [word "ZINCRBY", key, (: []) <$> scoreText, member])
+  , (1, args [word "ZMSCORE", key, fields])
+  , (2, args [elements' ["ZRANK", "ZREVRANK"], key, member])
+  , (1, args [word "ZCOUNT", key, scoreBound, scoreBound])
+  , (1, args [word "ZREVRANGE", key, index, index, zrangeOptions])
+  , (1, args [elements' ["ZRANGEBYSCORE", "ZREVRANGEBYSCORE"], key, scoreBound, scoreBound, zrangeOptions])
+  , (1, args [elements' ["ZRANGEBYLEX", "ZREVRANGEBYLEX"], key, lexBound, lexBound, zrangeOptions])
   , (1, args [word "ZCARD", key])
   , (2, args [word "ZSCORE", key, member])
   , (3, args [word "ZRANGE", key, index, index, zrangeOptions])
@@ -423,6 +431,7 @@ genCommand = frequency
     zrangeOptions = concat <$> resize 3 (listOf (oneof
       [ word "WITHSCORES", word "REV", sequence [caseOf "LIMIT", C.pack . show <$> (choose (-1, 3) :: Gen Int), C.pack . show <$> (choose (-1, 3) :: Gen Int)] ]))
     scoreBound = (: []) <$> oneof [elements ["-inf", "+inf", "(1", "(-1", "2.5", "(2.5", "", "x", "(", "1e400"], C.pack . show <$> (choose (-5, 5) :: Gen Int)]
+    lexBound = (: []) <$> elements ["-", "+", "[a", "(b", "[", "(", "a", "[m1", "(c"]
     pattern = (: []) <$> elements ["*", "k*", "k?", "[k]*", "*[0-1]", "[^k]*", "?", "*k*", "\\k*", "[a-z]?", ""]
     floats = [ "1.5", "-2.25", "0.1", "1e3", "inf", "-inf", "+inf", "nan", "1e400", "-1e400", " 1", "1 ", "0x10", "-0"
              , "1e-320", "2.5e-5", ".5", "5.", "1e17", "123456789.123456789", "0.3", "1e-400", "infinity", "1,5" ]

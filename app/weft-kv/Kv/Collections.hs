@@ -38,10 +38,25 @@ collectionCommands =
   , ("HINCRBY", (Exactly 3, \[k, f, n] -> withInt n (OnKey k . hincrbyOp (B.copy f))))
     -- Sorted sets
   , ("ZADD", (AtLeast 3, zaddCommand))
-  , ("ZPOPMIN", (Between 1 2, zpopminCommand))
+  , ("ZINCRBY", (Exactly 3, \[k, n, m] -> zaddCommand [k, "INCR", n, m]))
+  , ("ZPOPMIN", (Between 1 2, zpopCommand False))
+  , ("ZPOPMAX", (Between 1 2, zpopCommand True))
+  , ("ZREM", (AtLeast 2, \(k : ms) -> OnKey k (zremOp ms)))
   , ("ZCARD", (Exactly 1, \[k] -> OnKey k zcardOp))
   , ("ZSCORE", (Exactly 2, \[k, m] -> OnKey k (zscoreOp m)))
+  , ("ZMSCORE", (AtLeast 2, \(k : ms) -> OnKey k (zmscoreOp ms)))
+  , ("ZRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp False m)))
+  , ("ZREVRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp True m)))
+  , ("ZCOUNT", (Exactly 3, \[k, lo, hi] -> maybe (Answer (RError "ERR min or max is not a float")) (OnKey k)
+                                              (zcountOp <$> scoreBound lo <*> scoreBound hi)))
   , ("ZRANGE", (AtLeast 3, zrangeCommand))
+    -- ZRANGE's older forms: ZRANGE with the option each names, and only
+    -- WITHSCORES and LIMIT after it.
+  , ("ZREVRANGE", (AtLeast 3, zrangeForm ["REV"]))
+  , ("ZRANGEBYSCORE", (AtLeast 3, zrangeForm ["BYSCORE"]))
+  , ("ZREVRANGEBYSCORE", (AtLeast 3, zrangeForm ["BYSCORE", "REV"]))
+  , ("ZRANGEBYLEX", (AtLeast 3, zrangeForm ["BYLEX"]))
+  , ("ZREVRANGEBYLEX", (AtLeast 3, zrangeForm ["BYLEX", "REV"]))
   ]
 
 ------------------------------------------------------------------------------
@@ -210,22 +225,64 @@ zsetPut m s0 old (ZSet scores ordered) =
   ZSet (Map.insert m s scores) (Set.insert (s, m) (maybe ordered (\o -> Set.delete (o, m) ordered) old))
   where s = if s0 == 0 then 0 else s0
 
--- | ZPOPMIN key [count]
-zpopminCommand :: [ByteString] -> Plan
-zpopminCommand [k] = OnKey k (zpopminOp 1)
-zpopminCommand [k, n] = withCount n (OnKey k . zpopminOp)
-zpopminCommand _ = Answer syntaxError
+-- | ZPOPMIN / ZPOPMAX (highest first: 'True') key [count]
+zpopCommand :: Bool -> [ByteString] -> Plan
+zpopCommand top [k] = OnKey k (zpopOp top 1)
+zpopCommand top [k, n] = withCount n (OnKey k . zpopOp top)
+zpopCommand _ _ = Answer syntaxError
 
-zpopminOp :: Int -> KeyOp
-zpopminOp count _ _ v = case v of
+zpopOp :: Bool -> Int -> KeyOp
+zpopOp top count _ _ v = case v of
   Nothing -> Outcome Keep (RArray [])
   Just (VZSet (ZSet scores ordered)) ->
-    let (taken, rest) = Set.splitAt count ordered
-        scores' = foldl (\m (_, x) -> Map.delete x m) scores (Set.toList taken)
+    let (taken, rest)
+          | top = let (low, high) = Set.splitAt (Set.size ordered - count) ordered in (Set.toDescList high, low)
+          | otherwise = let (low, high) = Set.splitAt count ordered in (Set.toAscList low, high)
+        scores' = foldl (\m (_, x) -> Map.delete x m) scores taken
         update | Set.null rest = Delete
                | otherwise = Replace (VZSet (ZSet scores' rest))
-    in Outcome (if Set.null taken then Keep else update) (withScores True (Set.toList taken))
+    in Outcome (if null taken then Keep else update) (withScores True taken)
   Just _ -> Outcome Keep wrongType
+
+-- | ZREM: how many of the members were there; an emptied sorted set goes.
+zremOp :: [ByteString] -> KeyOp
+zremOp = removeFrom (\x -> case x of VZSet z -> Just z; _ -> Nothing) VZSet remove (\(ZSet scores _) -> Map.size scores)
+  where
+    remove m z@(ZSet scores ordered) = case Map.lookup m scores of
+      Just s -> ZSet (Map.delete m scores) (Set.delete (s, m) ordered)
+      Nothing -> z
+
+-- | ZMSCORE key member [member ...]: each member's score, or nil.
+zmscoreOp :: [ByteString] -> KeyOp
+zmscoreOp ms _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray (map (const RNil) ms)
+  Just (VZSet (ZSet scores _)) -> RArray [ maybe RNil (RBulk . formatDouble) (Map.lookup m scores) | m <- ms ]
+  Just _ -> wrongType
+
+-- | ZRANK / ZREVRANK (from the highest: 'True'): the member's place, or nil.
+zrankOp :: Bool -> ByteString -> KeyOp
+zrankOp fromTop m _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VZSet (ZSet scores ordered)) -> case Map.lookup m scores of
+    Just s -> let i = Set.findIndex (s, m) ordered
+              in RInt (if fromTop then Set.size ordered - 1 - i else i)
+    Nothing -> RNil
+  Just _ -> wrongType
+
+-- | ZCOUNT key min max: how many scores lie within the bounds.
+zcountOp :: Bound -> Bound -> KeyOp
+zcountOp lo hi _ _ v = Outcome Keep $ case v of
+  Nothing -> RInt 0
+  Just (VZSet (ZSet _ ordered)) -> RInt (length (filter (\(s, _) -> atLeast lo s && atMost hi s) (Set.toAscList ordered)))
+  Just _ -> wrongType
+
+-- | An older form of ZRANGE: the options it stands for, then only
+-- WITHSCORES and LIMIT (another option is redis's syntax error).
+zrangeForm :: [ByteString] -> [ByteString] -> Plan
+zrangeForm implied (k : lo : hi : opts)
+  | any ((`elem` ["REV", "BYSCORE", "BYLEX"]) . upper) opts = Answer syntaxError
+  | otherwise = zrangeCommand (k : lo : hi : implied ++ opts)
+zrangeForm _ _ = Answer syntaxError
 
 -- | Members, with their scores after each if asked.
 withScores :: Bool -> [(Double, ByteString)] -> Reply
@@ -281,9 +338,6 @@ zrangeCommand (k : lo : hi : opts) = go opts Nothing False Nothing False
                            (ByScore <$> scoreBound from <*> scoreBound to)
             Just False -> maybe (Answer (RError "ERR min or max not valid string range item")) run
                             (ByLex <$> lexBound from <*> lexBound to)
-    scoreBound s = case B.uncons s of
-      Just (40, rest) -> (`Bound` True) <$> readBound rest
-      _ -> (`Bound` False) <$> readBound s
     lexBound s = case B.uncons s of
       Just (45, rest) | B.null rest -> Just LexMin
       Just (43, rest) | B.null rest -> Just LexMax
@@ -291,6 +345,17 @@ zrangeCommand (k : lo : hi : opts) = go opts Nothing False Nothing False
       Just (91, rest) -> Just (LexAt (B.copy rest) False)
       _ -> Nothing
 zrangeCommand _ = Answer syntaxError
+
+-- | A score bound as redis reads one: @(@ before the score excludes it.
+scoreBound :: ByteString -> Maybe Bound
+scoreBound s = case B.uncons s of
+  Just (40, rest) -> (`Bound` True) <$> readBound rest
+  _ -> (`Bound` False) <$> readBound s
+
+-- | Is the score on the right side of the bound?
+atLeast, atMost :: Bound -> Double -> Bool
+atLeast (Bound b ex) s = if ex then s > b else s >= b
+atMost (Bound b ex) s = if ex then s < b else s <= b
 
 zrangeOp :: ZRange -> Bool -> Int -> Int -> Bool -> KeyOp
 zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
@@ -313,9 +378,6 @@ zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
         withScores False (limited (filter (\(_, m) -> lexAtLeast from m && lexAtMost to m) inOrder))
   Just _ -> wrongType
   where
-    -- Is the score on the right side of the bound?
-    atLeast (Bound b ex) s = if ex then s > b else s >= b
-    atMost (Bound b ex) s = if ex then s < b else s <= b
     lexAtLeast LexMin _ = True
     lexAtLeast LexMax _ = False
     lexAtLeast (LexAt b ex) m = if ex then m > b else m >= b
