@@ -47,8 +47,11 @@ collectionCommands =
   , ("ZMSCORE", (AtLeast 2, \(k : ms) -> OnKey k (zmscoreOp ms)))
   , ("ZRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp False m)))
   , ("ZREVRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp True m)))
-  , ("ZCOUNT", (Exactly 3, \[k, lo, hi] -> maybe (Answer (RError "ERR min or max is not a float")) (OnKey k)
-                                              (zcountOp <$> scoreBound lo <*> scoreBound hi)))
+  , ("ZCOUNT", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zcountOp (scoreWithin a b)))))
+  , ("ZLEXCOUNT", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zcountOp (lexWithin a b)))))
+  , ("ZREMRANGEBYSCORE", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zremrangeOp (scoreWithin a b)))))
+  , ("ZREMRANGEBYLEX", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zremrangeOp (lexWithin a b)))))
+  , ("ZREMRANGEBYRANK", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . zremrangeByRankOp i))))
   , ("ZRANGE", (AtLeast 3, zrangeCommand))
     -- ZRANGE's older forms: ZRANGE with the option each names, and only
     -- WITHSCORES and LIMIT after it.
@@ -269,12 +272,51 @@ zrankOp fromTop m _ _ v = Outcome Keep $ case v of
     Nothing -> RNil
   Just _ -> wrongType
 
--- | ZCOUNT key min max: how many scores lie within the bounds.
-zcountOp :: Bound -> Bound -> KeyOp
-zcountOp lo hi _ _ v = Outcome Keep $ case v of
+-- | ZCOUNT and ZLEXCOUNT: how many members lie within the range.
+zcountOp :: ((Double, ByteString) -> Bool) -> KeyOp
+zcountOp within _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
-  Just (VZSet (ZSet _ ordered)) -> RInt (length (filter (\(s, _) -> atLeast lo s && atMost hi s) (Set.toAscList ordered)))
+  Just (VZSet (ZSet _ ordered)) -> RInt (length (filter within (Set.toAscList ordered)))
   Just _ -> wrongType
+
+-- | ZREMRANGEBYSCORE and ZREMRANGEBYLEX: remove the members within the
+-- range, and say how many; an emptied sorted set goes.
+zremrangeOp :: ((Double, ByteString) -> Bool) -> KeyOp
+zremrangeOp within _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VZSet (ZSet scores ordered)) ->
+    let (gone, kept) = Set.partition within ordered
+        scores' = foldl (\m (_, x) -> Map.delete x m) scores (Set.toList gone)
+        update | Set.null gone = Keep
+               | Set.null kept = Delete
+               | otherwise = Replace (VZSet (ZSet scores' kept))
+    in Outcome update (RInt (Set.size gone))
+  Just _ -> Outcome Keep wrongType
+
+-- | ZREMRANGEBYRANK key start stop (ZRANGE's index rules).
+zremrangeByRankOp :: Int -> Int -> KeyOp
+zremrangeByRankOp a b now c v = case v of
+  Just (VZSet (ZSet _ ordered)) ->
+    let n = Set.size ordered
+        start = max 0 (if a < 0 then n + a else a)
+        end = min (n - 1) (if b < 0 then n + b else b)
+        picked = Set.fromDistinctAscList (take (end - start + 1) (drop start (Set.toAscList ordered)))
+    in zremrangeOp (\e -> start <= end && Set.member e picked) now c v
+  _ -> zremrangeOp (const False) now c v
+
+-- | Two score bounds, or redis's error.
+withScore :: ByteString -> ByteString -> (Bound -> Bound -> Plan) -> Plan
+withScore lo hi k = maybe (Answer (RError "ERR min or max is not a float")) id (k <$> scoreBound lo <*> scoreBound hi)
+
+-- | Two lex bounds, or redis's error.
+withLex :: ByteString -> ByteString -> (LexBound -> LexBound -> Plan) -> Plan
+withLex lo hi k = maybe (Answer (RError "ERR min or max not valid string range item")) id (k <$> lexBound lo <*> lexBound hi)
+
+scoreWithin :: Bound -> Bound -> (Double, ByteString) -> Bool
+scoreWithin lo hi (s, _) = atLeast lo s && atMost hi s
+
+lexWithin :: LexBound -> LexBound -> (Double, ByteString) -> Bool
+lexWithin lo hi (_, m) = lexAtLeast lo m && lexAtMost hi m
 
 -- | An older form of ZRANGE: the options it stands for, then only
 -- WITHSCORES and LIMIT (another option is redis's syntax error).
@@ -338,13 +380,26 @@ zrangeCommand (k : lo : hi : opts) = go opts Nothing False Nothing False
                            (ByScore <$> scoreBound from <*> scoreBound to)
             Just False -> maybe (Answer (RError "ERR min or max not valid string range item")) run
                             (ByLex <$> lexBound from <*> lexBound to)
-    lexBound s = case B.uncons s of
-      Just (45, rest) | B.null rest -> Just LexMin
-      Just (43, rest) | B.null rest -> Just LexMax
-      Just (40, rest) -> Just (LexAt (B.copy rest) True)
-      Just (91, rest) -> Just (LexAt (B.copy rest) False)
-      _ -> Nothing
 zrangeCommand _ = Answer syntaxError
+
+-- | A lex bound as redis reads one: @-@, @+@, or @(@ (excluded) or @[@
+-- (included) before the string.
+lexBound :: ByteString -> Maybe LexBound
+lexBound s = case B.uncons s of
+  Just (45, rest) | B.null rest -> Just LexMin
+  Just (43, rest) | B.null rest -> Just LexMax
+  Just (40, rest) -> Just (LexAt (B.copy rest) True)
+  Just (91, rest) -> Just (LexAt (B.copy rest) False)
+  _ -> Nothing
+
+-- | Is the member on the right side of the bound?
+lexAtLeast, lexAtMost :: LexBound -> ByteString -> Bool
+lexAtLeast LexMin _ = True
+lexAtLeast LexMax _ = False
+lexAtLeast (LexAt b ex) m = if ex then m > b else m >= b
+lexAtMost LexMin _ = False
+lexAtMost LexMax _ = True
+lexAtMost (LexAt b ex) m = if ex then m < b else m <= b
 
 -- | A score bound as redis reads one: @(@ before the score excludes it.
 scoreBound :: ByteString -> Maybe Bound
@@ -372,15 +427,6 @@ zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
             end = min (n - 1) (if b < 0 then n + b else b)
         in if start > end || start >= n then RArray []
            else withScores scored (take (end - start + 1) (drop start inOrder))
-      ByScore from to ->
-        withScores scored (limited (filter (\(s, _) -> atLeast from s && atMost to s) inOrder))
-      ByLex from to ->
-        withScores False (limited (filter (\(_, m) -> lexAtLeast from m && lexAtMost to m) inOrder))
+      ByScore from to -> withScores scored (limited (filter (scoreWithin from to) inOrder))
+      ByLex from to -> withScores False (limited (filter (lexWithin from to) inOrder))
   Just _ -> wrongType
-  where
-    lexAtLeast LexMin _ = True
-    lexAtLeast LexMax _ = False
-    lexAtLeast (LexAt b ex) m = if ex then m > b else m >= b
-    lexAtMost LexMin _ = False
-    lexAtMost LexMax _ = True
-    lexAtMost (LexAt b ex) m = if ex then m < b else m <= b
