@@ -96,4 +96,3 @@ removeFrom view wrap remove size items _ _ v = case v of
     Nothing -> Outcome Keep wrongType
     Just c -> let c' = foldr remove c items
               in Outcome (if size c' == 0 then Delete else Replace (wrap c')) (RInt (size c - size c'))
-
