@@ -298,11 +298,15 @@ zremrangeOp pick _ _ v = case v of
 byScore :: Bound -> Bound -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
 byScore lo hi = filter (\(s, _) -> atLeast lo s && atMost hi s) . Set.toAscList
 
--- | The members from rank a to rank b (ZRANGE's index rules).
+-- | The members from rank a to rank b, lowest first.
 byRank :: Int -> Int -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
-byRank a b ordered = if start > end then [] else take (end - start + 1) (drop start (Set.toAscList ordered))
+byRank a b ordered = rankSlice (Set.size ordered) a b (Set.toAscList ordered)
+
+-- | Ranks a to b of n items (ZRANGE's index rules: negative ones count
+-- from the end; out-of-range ends are clamped).
+rankSlice :: Int -> Int -> Int -> [x] -> [x]
+rankSlice n a b xs = if start > end then [] else take (end - start + 1) (drop start xs)
   where
-    n = Set.size ordered
     start = max 0 (if a < 0 then n + a else a)
     end = min (n - 1) (if b < 0 then n + b else b)
 
@@ -451,16 +455,11 @@ zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
   Nothing -> RArray []
   Just (VZSet (ZSet _ ordered)) ->
     let inOrder = (if rev then Set.toDescList else Set.toAscList) ordered
-        n = Set.size ordered
         limited xs | offset < 0 = []
                    | count < 0 = drop offset xs
                    | otherwise = take count (drop offset xs)
     in case range of
-      ByRank a b ->
-        let start = max 0 (if a < 0 then n + a else a)
-            end = min (n - 1) (if b < 0 then n + b else b)
-        in if start > end || start >= n then RArray []
-           else withScores scored (take (end - start + 1) (drop start inOrder))
+      ByRank a b -> withScores scored (rankSlice (Set.size ordered) a b inOrder)
       ByScore from to -> withScores scored (limited (filter (\(s, _) -> atLeast from s && atMost to s) inOrder))
       ByLex lo hi ->
         -- The offset skips members before the far end is checked (Note

@@ -246,13 +246,9 @@ lmove src dst fromHead toHead = Steps [(src, listProbe), (dst, listProbe)] decid
       (_, e@(RError _)) -> Answer e
       _ -> Steps [(src, popOp fromHead Nothing)] moved
     decide _ = Answer syntaxError
-    moved [RBulk x] = OnKey dst (pushMoved x)
+    moved [RBulk x] = OnKey dst (answering (RBulk x) (pushOp toHead [x]))
     moved [r] = Answer r
     moved _ = Answer syntaxError
-    pushMoved x _ _ v = case v of
-      Nothing -> Outcome (Replace (VList (Seq.singleton x))) (RBulk x)
-      Just (VList l) -> Outcome (Replace (VList (if toHead then x Seq.<| l else l Seq.|> x))) (RBulk x)
-      Just _ -> Outcome Keep wrongType
 
 -- | A key's part of LMOVE and LMPOP: its list's length (nil for a missing
 -- key), or WRONGTYPE.

@@ -18,6 +18,7 @@ module Kv.Plan
     -- * Collections
   , sizeOp
   , removeFrom
+  , answering
   ) where
 
 import Data.ByteString (ByteString)
@@ -96,3 +97,11 @@ removeFrom view wrap remove size items _ _ v = case v of
     Nothing -> Outcome Keep wrongType
     Just c -> let c' = foldr remove c items
               in Outcome (if size c' == 0 then Delete else Replace (wrap c')) (RInt (size c - size c'))
+
+-- | The operation with another reply where it succeeds (an error, such
+-- as WRONGTYPE, stands): SMOVE and LMOVE add with SADD's and LPUSH's
+-- operations but answer otherwise.
+answering :: Reply -> KeyOp -> KeyOp
+answering r op now c v = case op now c v of
+  Outcome u e@(RError _) -> Outcome u e
+  Outcome u _ -> Outcome u r

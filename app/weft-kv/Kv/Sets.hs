@@ -239,10 +239,6 @@ smoveCommand src dst m = Steps [(src, probe), (dst, readType)] decide
       (present, _) | src == dst || present == RInt 0 -> Answer present
       _ -> Steps [(src, sremOp [m])] moved
     decide _ = Answer syntaxError
-    moved [RInt 1] = OnKey dst (addMoved (B.copy m))
+    moved [RInt 1] = OnKey dst (answering (RInt 1) (saddOp [B.copy m]))
     moved [r] = Answer r
     moved _ = Answer syntaxError
-    addMoved x _ _ v = case v of
-      Nothing -> Outcome (Fresh (VSet (Set.singleton x))) (RInt 1)
-      Just (VSet s) -> Outcome (Replace (VSet (Set.insert x s))) (RInt 1)
-      Just _ -> Outcome Keep wrongType
