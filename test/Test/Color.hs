@@ -628,42 +628,54 @@ whenToStealSpec :: Spec
 whenToStealSpec = describe "when to steal" $ do
   it "moves at least a third of the long events' work to the idle core when every event is posted on one (2% long)" $
     forM_ [TimeLeft, Mely] $ \p -> do
-      -- Two rounds of 30,000 events, each its own color homed on core 0,
-      -- posted by a handler on core 0: 2% long (10 us, annotated so),
-      -- the rest tiny (annotated below any steal's cost). Core 1 has
-      -- nothing of its own: what it runs, it stole.
-      rt <- newRuntime (config RealCores p) { cfgColors = 65536 }
-      longNs <- newCounters 2
-      left <- newCounters 1
-      done <- newEmptyMVar
-      let n = 30000 :: Int
-          isLong i = i `mod` 50 == 0
-          longH = (handler "long") { handlerCost = 10000 }
-          shortH = (handler "short") { handlerCost = 50 }
-          event i = do
-            when (isLong i) $ do
-              t0 <- getMonotonicTimeNSec
-              spinFor 10
-              t1 <- getMonotonicTimeNSec
-              cap <- capability
-              void (addCounter longNs (min 1 cap) (fromIntegral (t1 - t0)))
-            k <- addCounter left 0 (-1)
-            when (k == 1) (putMVar done ())
-      -- A round is long (6 ms of long events) next to the time an idle
-      -- virtual CPU may take to run a thief that was woken (up to a few
-      -- milliseconds on a busy host), which would spoil shorter rounds.
-      forM_ [1 .. 2 :: Int] $ \_ -> do
-        writeCounter left 0 n
-        post rt 0 (handler "start") $ forM_ [1 .. n] $ \i ->
-          post rt (2 * i) (if isLong i then longH else shortH) (event i)
-        within 20 "a round" (takeMVar done)
-      cost <- stealCostNanos rt
-      finish rt
-      st <- stats rt
-      [home, away] <- mapM (readCounter longNs) [0, 1]
-      unless (3 * away >= home + away) $ expectationFailure $
-        policyName p ++ ": " ++ show away ++ " of " ++ show (home + away) ++ " ns of long work on core 1; steal cost "
-          ++ show cost ++ " ns; " ++ show [ (csSteals c, csEventsStolen c, csWorkStolen c, csStealAttempts c, csParks c) | c <- st ]
+      -- An attempt: two rounds of 30,000 events, each its own color homed
+      -- on core 0, posted by a handler on core 0: 2% long (10 us,
+      -- annotated so), the rest tiny (annotated below any steal's cost).
+      -- Core 1 has nothing of its own: what it runs, it stole. Returns
+      -- the long work run on each core, and what to say if it fails.
+      let attempt = do
+            rt <- newRuntime (config RealCores p) { cfgColors = 65536 }
+            longNs <- newCounters 2
+            left <- newCounters 1
+            done <- newEmptyMVar
+            let n = 30000 :: Int
+                isLong i = i `mod` 50 == 0
+                longH = (handler "long") { handlerCost = 10000 }
+                shortH = (handler "short") { handlerCost = 50 }
+                event i = do
+                  when (isLong i) $ do
+                    t0 <- getMonotonicTimeNSec
+                    spinFor 10
+                    t1 <- getMonotonicTimeNSec
+                    cap <- capability
+                    void (addCounter longNs (min 1 cap) (fromIntegral (t1 - t0)))
+                  k <- addCounter left 0 (-1)
+                  when (k == 1) (putMVar done ())
+            -- A round is long (6 ms of long events) next to the time an
+            -- idle virtual CPU may take to run a thief that was woken (up
+            -- to a few milliseconds on a busy host).
+            forM_ [1 .. 2 :: Int] $ \_ -> do
+              writeCounter left 0 n
+              post rt 0 (handler "start") $ forM_ [1 .. n] $ \i ->
+                post rt (2 * i) (if isLong i then longH else shortH) (event i)
+              within 20 "a round" (takeMVar done)
+            cost <- stealCostNanos rt
+            finish rt
+            st <- stats rt
+            [home, away] <- mapM (readCounter longNs) [0, 1]
+            return (home, away, show away ++ " of " ++ show (home + away) ++ " ns of long work on core 1; steal cost "
+              ++ show cost ++ " ns; " ++ show [ (csSteals c, csEventsStolen c, csWorkStolen c, csStealAttempts c, csParks c) | c <- st ])
+          -- Core 1 is a virtual CPU that other processes (a parallel
+          -- build, the host) may hold for milliseconds at a time, during
+          -- which its thief cannot run: up to three attempts, so that one
+          -- attempt spoilt that way does not fail the test. A policy that
+          -- does not steal the long work fails all three.
+          attempts k says = do
+            (home, away, say) <- attempt
+            if 3 * away >= home + away then return ()
+              else if k > 1 then attempts (k - 1 :: Int) (say : says)
+              else expectationFailure (policyName p ++ ", three attempts: " ++ unwords (reverse (say : says)))
+      attempts 3 []
 
   it "relieves a stuck core of every worthy event queued behind it, without pausing between steals" $ do
     -- Core 0 is stuck in a handler until 30 tiny events queued behind it
