@@ -379,6 +379,15 @@ genCommand = frequency
   , (2, args [word "ZSCORE", key, member])
   , (3, args [word "ZRANGE", key, index, index, zrangeOptions])
   , (2, args [word "ZRANGE", key, scoreBound, scoreBound, word "BYSCORE", zrangeOptions])
+  , (2, args [elements' ["ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE"], key, counted, combineOptions])
+  , (2, args [elements' ["ZUNION", "ZINTER", "ZDIFF"], counted, combineOptions])
+  , (1, args [word "ZINTERCARD", counted, optional (sequence [caseOf "LIMIT", countText])])
+  , (1, args [word "ZRANGESTORE", key, key, index, index, zrangeOptions])
+  , (1, args [word "ZRANGESTORE", key, key, scoreBound, scoreBound, word "BYSCORE", zrangeOptions])
+  , (1, args [word "ZMPOP", counted, ends', optional (sequence [caseOf "COUNT", countText])])
+    -- Only the counts whose answer is not random: none, all, or an error.
+  , (1, args [word "ZRANDMEMBER", key, (: []) <$> elements ["0", "x", "-9223372036854775808", "9223372036854775807", "100", "4611686018427387904"]
+             , optional (elements' ["WITHSCORES", "FOO"])])
   , (1, args [word "DBSIZE"])
   , (1, args [word "KEYS", pattern])
   , (1, args [word "SELECT", integer])
@@ -427,6 +436,16 @@ genCommand = frequency
       , sequence [caseOf "EX", pure "9223372036854776"]
       , sequence [caseOf "EX"] ]))
     ends = (: []) <$> elements ["LEFT", "RIGHT", "left", "Right", "UP"]
+    ends' = (: []) <$> elements ["MIN", "MAX", "min", "Max", "LEFT"]
+    -- numkeys and the keys: mostly as many as it says.
+    counted = do
+      ks <- several keyName
+      n <- frequency [(5, pure (length ks)), (1, choose (-1, 5))]
+      return (C.pack (show n) : ks)
+    combineOptions = concat <$> resize 3 (listOf (oneof
+      [ (:) <$> caseOf "WEIGHTS" <*> resize 4 (listOf1 scoreText)
+      , sequence [caseOf "AGGREGATE", elements ["SUM", "MIN", "MAX", "max", "AVG"]]
+      , word "WITHSCORES" ]))
     lposOptions = concat <$> resize 3 (listOf (oneof
       [ sequence [caseOf "RANK", indexText], sequence [caseOf "COUNT", countText]
       , sequence [caseOf "MAXLEN", countText], word "RANK" ]))
@@ -482,6 +501,37 @@ serverSpec = do
       , ["HSET", "c:h", "f", "1", "g", "2"], ["HDEL", "c:h", "f", "x"], ["HLEN", "c:h"], ["HDEL", "c:h", "g"], ["EXISTS", "c:h"]
       , ["RPUSH", "c:l", "x"], ["SETNX", "c:l", "v"], ["GETSET", "c:l", "v"], ["APPEND", "c:l", "v"], ["STRLEN", "c:l"]
       , ["SREM", "c:l", "x"], ["HDEL", "c:l", "x"], ["SREM", "c:none", "x"], ["HDEL", "c:none", "x"] ]
+ it "answers ZUNION, ZINTER, ZDIFF, their STORE forms, ZINTERCARD, ZRANGESTORE and ZMPOP exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> do
+      -- Sorted sets and a set sharing members, with scores whose weighted
+      -- sums and products reach infinities of both signs and NaN.
+      let setup = [ ["FLUSHALL"], ["ZADD", "z:a", "1", "x", "2", "y", "3", "z", "0.1", "w"]
+                  , ["ZADD", "z:b", "10", "x", "0.2", "w", "5", "q", "-inf", "z"], ["SADD", "z:s", "x", "q", "r"]
+                  , ["ZADD", "z:c", "0.3", "w", "+inf", "y", "-2", "x"], ["SET", "z:str", "v"] ]
+          keySets = [["z:a", "z:b"], ["z:a", "z:b", "z:s", "z:c"], ["z:c", "z:s"], ["z:b", "z:none", "z:a"], ["z:a", "z:a"]]
+          counted ks = B.pack (map (fromIntegral . fromEnum) (show (length ks))) : ks
+          weightsFor ks = [ [] , "WEIGHTS" : take (length ks) (cycle ["2", "0.5", "inf", "-1", "0"]) ]
+          combos = [ [name] ++ counted ks ++ w ++ agg ++ ["WITHSCORES"]
+                   | name <- ["ZUNION", "ZINTER"], ks <- keySets, w <- weightsFor ks
+                   , agg <- [[], ["AGGREGATE", "MIN"], ["AGGREGATE", "MAX"], ["AGGREGATE", "SUM"]] ]
+          stores = concat [ [[name, "z:d"] ++ counted ks, ["ZRANGE", "z:d", "0", "-1", "WITHSCORES"], ["EXISTS", "z:d"]]
+                          | name <- ["ZUNIONSTORE", "ZINTERSTORE", "ZDIFFSTORE"], ks <- keySets ]
+          others =
+            [ ["ZDIFF", "3", "z:a", "z:b", "z:s", "WITHSCORES"], ["ZDIFF", "2", "z:a", "z:a"], ["ZDIFF", "2", "z:a", "z:b", "WEIGHTS", "1", "2"]
+            , ["ZINTERCARD", "2", "z:a", "z:b"], ["ZINTERCARD", "2", "z:a", "z:b", "LIMIT", "1"], ["ZINTERCARD", "1", "z:a", "LIMIT", "-1"]
+            , ["ZUNION", "2", "z:a", "z:str"], ["ZUNION", "2", "z:a", "z:str", "WEIGHTS", "x"], ["ZUNION", "2", "z:a", "z:b", "WEIGHTS", "1", "nan"]
+            , ["ZUNION", "0", "z:a"], ["ZUNION", "3", "z:a"], ["ZUNIONSTORE", "z:d", "2", "z:a", "z:b", "WITHSCORES"]
+            , ["ZRANGESTORE", "z:e", "z:a", "(0.1", "+inf", "BYSCORE", "REV", "LIMIT", "1", "2"], ["ZRANGE", "z:e", "0", "-1", "WITHSCORES"]
+            , ["ZRANGESTORE", "z:e", "z:a", "[a", "[x", "BYLEX"], ["ZRANGESTORE", "z:e", "z:none", "0", "-1"], ["EXISTS", "z:e"]
+            , ["ZRANGESTORE", "z:e", "z:a", "0", "-1", "WITHSCORES"], ["ZRANGESTORE", "z:e", "z:str", "0", "-1"]
+            , ["ZMPOP", "3", "z:none", "z:a", "z:b", "MAX", "COUNT", "2"], ["ZMPOP", "2", "z:none", "z:s", "MIN"]
+            , ["ZMPOP", "1", "z:none", "MIN"], ["ZMPOP", "2", "z:str", "z:a", "MIN"], ["ZMPOP", "1", "z:a", "MIN", "COUNT", "0"]
+            , ["ZMPOP", "0", "z:a", "MIN"], ["ZMPOP", "1", "z:a", "LEFT"], ["ZMPOP", "1", "z:a", "MIN", "COUNT", "1", "COUNT", "2"]
+            , ["ZRANDMEMBER", "z:b", "10", "WITHSCORES"], ["ZRANDMEMBER", "z:b", "0"], ["ZRANDMEMBER", "z:str", "1"]
+            , ["ZRANDMEMBER", "z:b", "-9223372036854775808"], ["ZRANDMEMBER", "z:b", "4611686018427387904", "WITHSCORES"] ]
+      differential kv redis (setup ++ combos ++ stores ++ setup ++ others)
  it "answers generated command sequences, pipelined, exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

@@ -10,8 +10,9 @@
 -- several keys whose replies are joined (Note [Multi-key commands] in
 -- "Kv.Server"), or one on every key color. The operations themselves are
 -- pure ('KeyOp'); "Kv.Store" runs them on their key's color. This module
--- has the table, the server, string and key commands; "Kv.Collections"
--- the commands on lists, sets, hashes and sorted sets. Each follows
+-- has the table, the server, string and key commands; "Kv.Lists",
+-- "Kv.Sets", "Kv.Hashes" and "Kv.ZSets" the commands on lists, sets,
+-- hashes and sorted sets. Each follows
 -- redis 7.0: its arguments, its checks in their order, its replies and
 -- its error texts.
 module Kv.Command
@@ -32,13 +33,14 @@ import qualified Data.Map.Strict as Map
 import Data.Maybe (isJust)
 import qualified Data.Set as Set
 
-import Kv.Collections
+import Kv.Hashes (hashCommands)
+import Kv.Lists (listCommands)
 import Kv.Plan
 import Kv.Resp
-import Kv.Lists (listCommands)
 import Kv.Sets (setCommands)
 import Kv.Store
 import Kv.Text (globMatch)
+import Kv.ZSets (zsetCommands)
 import Weft.Net (byteAt)
 
 -- | Is this command QUIT (answer it, then close the connection)?
@@ -85,7 +87,7 @@ printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 commands :: IntMap.IntMap [Command]
 commands = IntMap.fromListWith (++)
   [ (nameHash name, [entry])
-  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ listCommands ++ collectionCommands ++ setCommands ]
+  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
 
 -- | A command's table entry, by its name in any case.
 lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)

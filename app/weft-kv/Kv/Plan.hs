@@ -19,10 +19,18 @@ module Kv.Plan
   , sizeOp
   , removeFrom
   , answering
+  , Combine (..)
+    -- * Random choices
+  , randoms
+  , clockSeed
+  , pickDistinct
   ) where
 
+import Data.Bits (shiftR, xor)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
+import qualified Data.Set as Set
+import Data.Word (Word64)
 
 import Kv.Resp
 import Kv.Store
@@ -105,3 +113,31 @@ answering :: Reply -> KeyOp -> KeyOp
 answering r op now c v = case op now c v of
   Outcome u e@(RError _) -> Outcome u e
   Outcome u _ -> Outcome u r
+
+-- | How a command over several sets or sorted sets combines their
+-- members.
+data Combine = Union | Inter | Diff
+
+-- | Up to @n@ distinct members drawn at random, in draw order, and the
+-- members left (SPOP, SRANDMEMBER, ZRANDMEMBER).
+pickDistinct :: Int -> Set.Set a -> [Word64] -> ([a], Set.Set a)
+pickDistinct n0 s0 = go n0 s0 []
+  where
+    go n set acc (r : rs)
+      | n > 0 && not (Set.null set) =
+          let i = fromIntegral (r `mod` fromIntegral (Set.size set))
+          in go (n - 1) (Set.deleteAt i set) (Set.elemAt i set : acc) rs
+    go _ set acc _ = (reverse acc, set)
+
+-- | A seed for random choices, from the monotonic clock in nanoseconds.
+clockSeed :: Now -> Word64
+clockSeed now = fromIntegral (nowSeed now) * 0x2545f4914f6cdd1d
+
+-- | splitmix64's finaliser over a counter started at the seed: good enough
+-- to spread choices, not for anything that needs secrecy.
+randoms :: Word64 -> [Word64]
+randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
+  where
+    mix z0 = let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
+                 z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
+             in z2 `xor` (z2 `shiftR` 31)

@@ -11,12 +11,10 @@ module Kv.Sets
   ( setCommands
   ) where
 
-import Data.Bits (shiftR, xor)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Maybe (fromMaybe, listToMaybe)
 import qualified Data.Set as Set
-import Data.Word (Word64)
 
 import Kv.Plan
 import Kv.Resp
@@ -71,30 +69,6 @@ spopOp count now _ v = case v of
           Just _ -> RArray (map RBulk taken)
     in Outcome (if null taken then Keep else update) reply
   Just _ -> Outcome Keep wrongType
-
--- | Up to @n@ distinct members drawn at random, in draw order, and the
--- members left.
-pickDistinct :: Int -> Set.Set ByteString -> [Word64] -> ([ByteString], Set.Set ByteString)
-pickDistinct n0 s0 = go n0 s0 []
-  where
-    go n set acc (r : rs)
-      | n > 0 && not (Set.null set) =
-          let i = fromIntegral (r `mod` fromIntegral (Set.size set))
-          in go (n - 1) (Set.deleteAt i set) (Set.elemAt i set : acc) rs
-    go _ set acc _ = (reverse acc, set)
-
--- | A seed for random choices, from the monotonic clock in nanoseconds.
-clockSeed :: Now -> Word64
-clockSeed now = fromIntegral (nowSeed now) * 0x2545f4914f6cdd1d
-
--- | splitmix64's finaliser over a counter started at the seed: good enough
--- to spread choices, not for anything that needs secrecy.
-randoms :: Word64 -> [Word64]
-randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
-  where
-    mix z0 = let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
-                 z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
-             in z2 `xor` (z2 `shiftR` 31)
 
 -- | SRANDMEMBER key [count]: a random member (nil without the set); with a
 -- count, up to that many distinct members, or, for a negative count,
@@ -151,8 +125,6 @@ smismemberOp ms _ _ v = Outcome Keep $ case v of
 
 ------------------------------------------------------------------------------
 -- Several sets
-
-data Combine = Inter | Union | Diff
 
 -- | Read every key's set (each on its key's color), combine them, and
 -- answer from the result.

@@ -1,0 +1,125 @@
+{-# LANGUAGE OverloadedStrings #-}
+-- The command table's plans match the argument lists their arity admits;
+-- "Kv.Plan" checks the arity before a plan runs, so those patterns are
+-- complete in use though not in type.
+{-# OPTIONS_GHC -Wno-incomplete-uni-patterns #-}
+-- | weft-kv's commands on hashes.
+module Kv.Hashes
+  ( hashCommands
+  ) where
+
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.Map.Strict as Map
+
+import Kv.Plan
+import Kv.Resp
+import Kv.Store
+
+-- | The commands of this module, for "Kv.Command"'s table.
+hashCommands :: [Command]
+hashCommands =
+  [ ("HSET", (AtLeast 3, hsetCommand))
+  , ("HGET", (Exactly 2, \[k, f] -> OnKey k (hgetOp f)))
+  , ("HLEN", (Exactly 1, \[k] -> OnKey k hlenOp))
+  , ("HDEL", (AtLeast 2, \(k : fs) -> OnKey k (hdelOp fs)))
+  , ("HGETALL", (Exactly 1, \[k] -> OnKey k hgetallOp))
+  , ("HMSET", (AtLeast 3, hmsetCommand))
+  , ("HSETNX", (Exactly 3, \[k, f, x] -> OnKey k (hsetnxOp (B.copy f) (B.copy x))))
+  , ("HMGET", (AtLeast 2, \(k : fs) -> OnKey k (hmgetOp fs)))
+  , ("HEXISTS", (Exactly 2, \[k, f] -> OnKey k (hashRead (\h -> RInt (if Map.member f h then 1 else 0)) (RInt 0))))
+  , ("HSTRLEN", (Exactly 2, \[k, f] -> OnKey k (hashRead (\h -> RInt (maybe 0 B.length (Map.lookup f h))) (RInt 0))))
+  , ("HKEYS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . Map.keys) (RArray []))))
+  , ("HVALS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . Map.elems) (RArray []))))
+  , ("HINCRBY", (Exactly 3, \[k, f, n] -> withInt n (OnKey k . hincrbyOp (B.copy f))))
+  ]
+
+-- | HSET key field value [field value ...]
+hsetCommand :: [ByteString] -> Plan
+hsetCommand (k : fvs)
+  | odd (length fvs) = Answer (RError "ERR wrong number of arguments for 'hset' command")
+  | otherwise = OnKey k (hsetOp (pairs fvs))
+  where
+    pairs (f : x : rest) = (B.copy f, B.copy x) : pairs rest
+    pairs _ = []
+hsetCommand [] = Answer syntaxError
+
+hsetOp :: [(ByteString, ByteString)] -> KeyOp
+hsetOp fvs _ _ v = case v of
+  Nothing -> set Map.empty
+  Just (VHash h) -> set h
+  Just _ -> Outcome Keep wrongType
+  where
+    set h = let h' = foldl (\m (f, x) -> Map.insert f x m) h fvs
+            in Outcome (Replace (VHash h')) (RInt (Map.size h' - Map.size h))
+
+hgetOp :: ByteString -> KeyOp
+hgetOp f _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VHash h) -> maybe RNil RBulk (Map.lookup f h)
+  Just _ -> wrongType
+
+-- | HDEL: how many of the fields were there; an emptied hash goes.
+hdelOp :: [ByteString] -> KeyOp
+hdelOp = removeFrom (\x -> case x of VHash h -> Just h; _ -> Nothing) VHash Map.delete Map.size
+
+-- | HGETALL: fields and values, alternating, in no order a client may
+-- rely on (as SMEMBERS).
+hgetallOp :: KeyOp
+hgetallOp _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray []
+  Just (VHash h) -> RArray (concat [ [RBulk f, RBulk x] | (f, x) <- Map.toList h ])
+  Just _ -> wrongType
+
+-- | HMSET: HSET under its old name, answering OK.
+hmsetCommand :: [ByteString] -> Plan
+hmsetCommand (k : fvs)
+  | odd (length fvs) = Answer (RError "ERR wrong number of arguments for 'hmset' command")
+  | otherwise = case hsetCommand (k : fvs) of
+      OnKey key op -> OnKey key (\now c v -> case op now c v of
+        Outcome u (RInt _) -> Outcome u (RSimple "OK")
+        other -> other)
+      other -> other
+hmsetCommand [] = Answer syntaxError
+
+-- | HSETNX: set a field only if the hash does not have it.
+hsetnxOp :: ByteString -> ByteString -> KeyOp
+hsetnxOp f x _ _ v = case v of
+  Nothing -> Outcome (Replace (VHash (Map.singleton f x))) (RInt 1)
+  Just (VHash h)
+    | Map.member f h -> Outcome Keep (RInt 0)
+    | otherwise -> Outcome (Replace (VHash (Map.insert f x h))) (RInt 1)
+  Just _ -> Outcome Keep wrongType
+
+-- | HMGET: each field's value, nil for a field (or hash) that is not there.
+hmgetOp :: [ByteString] -> KeyOp
+hmgetOp fs _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray (map (const RNil) fs)
+  Just (VHash h) -> RArray [ maybe RNil RBulk (Map.lookup f h) | f <- fs ]
+  Just _ -> wrongType
+
+-- | A read of a hash: @onHash@ of it, @missing@ for no key, WRONGTYPE for
+-- another type.
+hashRead :: (Map.Map ByteString ByteString -> Reply) -> Reply -> KeyOp
+hashRead onHash missing _ _ v = Outcome Keep $ case v of
+  Nothing -> missing
+  Just (VHash h) -> onHash h
+  Just _ -> wrongType
+
+-- | HINCRBY: add to a field's integer (0 if missing), with redis's checks.
+hincrbyOp :: ByteString -> Int -> KeyOp
+hincrbyOp f d _ _ v = case v of
+  Nothing -> bump Map.empty
+  Just (VHash h) -> bump h
+  Just _ -> Outcome Keep wrongType
+  where
+    bump h = case maybe (Just 0) readInteger (Map.lookup f h) of
+      Nothing -> Outcome Keep (RError "ERR hash value is not an integer")
+      Just n
+        | (d > 0 && n > maxBound - d) || (d < 0 && n < minBound - d) ->
+            Outcome Keep (RError "ERR increment or decrement would overflow")
+        | otherwise -> let n' = n + d in
+            Outcome (Replace (VHash (Map.insert f (showInt n') h))) (RInt n')
+
+hlenOp :: KeyOp
+hlenOp = sizeOp (\x -> case x of VHash h -> Just (Map.size h); _ -> Nothing)

@@ -1,0 +1,453 @@
+{-# LANGUAGE BangPatterns, OverloadedStrings #-}
+-- The command table's plans match the argument lists their arity admits;
+-- "Kv.Plan" checks the arity before a plan runs, so those patterns are
+-- complete in use though not in type.
+{-# OPTIONS_GHC -Wno-incomplete-uni-patterns #-}
+-- | weft-kv's commands on sorted sets: those of one key, and those that
+-- combine several (ZUNION, ZINTER, ZDIFF, their STORE forms, ZINTERCARD,
+-- ZRANGESTORE, ZMPOP), whose keys may have several colors.
+module Kv.ZSets
+  ( zsetCommands
+  ) where
+
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.Map.Strict as Map
+import Data.List (sortOn)
+import Data.Maybe (fromMaybe, listToMaybe, mapMaybe)
+import qualified Data.Set as Set
+import GHC.Float (castDoubleToWord64, castWord64ToDouble)
+
+import Kv.Plan
+import Kv.Resp
+import Kv.Store
+import Kv.Text (formatDouble, readDouble)
+import Kv.ZRange
+
+-- | The commands of this module, for "Kv.Command"'s table.
+zsetCommands :: [Command]
+zsetCommands =
+  [ ("ZADD", (AtLeast 3, zaddCommand))
+  , ("ZINCRBY", (Exactly 3, \[k, n, m] -> zaddCommand [k, "INCR", n, m]))
+  , ("ZPOPMIN", (Between 1 2, zpopCommand False))
+  , ("ZPOPMAX", (Between 1 2, zpopCommand True))
+  , ("ZREM", (AtLeast 2, \(k : ms) -> OnKey k (zremOp ms)))
+  , ("ZCARD", (Exactly 1, \[k] -> OnKey k zcardOp))
+  , ("ZSCORE", (Exactly 2, \[k, m] -> OnKey k (zscoreOp m)))
+  , ("ZMSCORE", (AtLeast 2, \(k : ms) -> OnKey k (zmscoreOp ms)))
+  , ("ZRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp False m)))
+  , ("ZREVRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp True m)))
+  , ("ZCOUNT", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zcountOp (byScore a b)))))
+  , ("ZLEXCOUNT", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zcountOp (byLex a b)))))
+  , ("ZREMRANGEBYSCORE", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zremrangeOp (byScore a b)))))
+  , ("ZREMRANGEBYLEX", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zremrangeOp (byLex a b)))))
+  , ("ZREMRANGEBYRANK", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . zremrangeOp . byRank i))))
+  , ("ZRANGE", (AtLeast 3, zrangeCommand))
+    -- ZRANGE's older forms: ZRANGE with the option each names, and only
+    -- WITHSCORES and LIMIT after it.
+  , ("ZREVRANGE", (AtLeast 3, zrangeForm ["REV"]))
+  , ("ZRANGEBYSCORE", (AtLeast 3, zrangeForm ["BYSCORE"]))
+  , ("ZREVRANGEBYSCORE", (AtLeast 3, zrangeForm ["BYSCORE", "REV"]))
+  , ("ZRANGEBYLEX", (AtLeast 3, zrangeForm ["BYLEX"]))
+  , ("ZREVRANGEBYLEX", (AtLeast 3, zrangeForm ["BYLEX", "REV"]))
+  , ("ZRANDMEMBER", (AtLeast 1, zrandmemberCommand))
+    -- Several keys, perhaps of several colors (Note [Multi-key commands]
+    -- in "Kv.Batch").
+  , ("ZUNIONSTORE", (AtLeast 3, combineCommand "ZUNIONSTORE" Union Storing))
+  , ("ZINTERSTORE", (AtLeast 3, combineCommand "ZINTERSTORE" Inter Storing))
+  , ("ZDIFFSTORE", (AtLeast 3, combineCommand "ZDIFFSTORE" Diff Storing))
+  , ("ZUNION", (AtLeast 2, combineCommand "ZUNION" Union Listing))
+  , ("ZINTER", (AtLeast 2, combineCommand "ZINTER" Inter Listing))
+  , ("ZDIFF", (AtLeast 2, combineCommand "ZDIFF" Diff Listing))
+  , ("ZINTERCARD", (AtLeast 2, combineCommand "ZINTERCARD" Inter Counting))
+  , ("ZRANGESTORE", (AtLeast 4, zrangestoreCommand))
+  , ("ZMPOP", (AtLeast 3, zmpopCommand))
+  ]
+
+-- | What ZADD's options ask for.
+data ZAddFlags = ZAddFlags
+  { zNx, zXx, zGt, zLt, zCh, zIncr :: !Bool }
+
+-- | ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...],
+-- with redis's checks in redis's order: options, pairs, conflicts, every
+-- score, then the key.
+zaddCommand :: [ByteString] -> Plan
+zaddCommand (k : rest0) = options (ZAddFlags False False False False False False) rest0
+  where
+    options f (o : rest) = case upper o of
+      "NX" -> options f { zNx = True } rest
+      "XX" -> options f { zXx = True } rest
+      "GT" -> options f { zGt = True } rest
+      "LT" -> options f { zLt = True } rest
+      "CH" -> options f { zCh = True } rest
+      "INCR" -> options f { zIncr = True } rest
+      _ -> pairsFrom f (o : rest)
+    options f [] = pairsFrom f []
+    pairsFrom f sms
+      | odd (length sms) || null sms = Answer syntaxError
+      | zNx f && zXx f = Answer (RError "ERR XX and NX options at the same time are not compatible")
+      | (zGt f && zNx f) || (zLt f && zNx f) || (zGt f && zLt f) =
+          Answer (RError "ERR GT, LT, and/or NX options at the same time are not compatible")
+      | zIncr f && length sms > 2 = Answer (RError "ERR INCR option supports a single increment-element pair")
+      | otherwise = case traverse score (pairs sms) of
+          Just ps -> OnKey k (zaddOp f ps)
+          Nothing -> Answer (RError "ERR value is not a valid float")
+    pairs (s : m : more) = (s, m) : pairs more
+    pairs _ = []
+    score (s, m) = (\d -> (d, B.copy m)) <$> readDouble s
+zaddCommand [] = Answer syntaxError
+
+zaddOp :: ZAddFlags -> [(Double, ByteString)] -> KeyOp
+zaddOp f ps _ _ v = case v of
+  Nothing | zXx f -> Outcome Keep (reply 0 0 Nothing)
+          | otherwise -> add emptyZSet
+  Just (VZSet z) -> add z
+  Just _ -> Outcome Keep wrongType
+  where
+    add z0 = go z0 0 0 Nothing ps
+      where
+        go z !added !updated lastScore [] =
+          Outcome (if added + updated > 0 then Replace (VZSet z) else Keep) (reply added updated lastScore)
+        go z@(ZSet scores _) added updated lastScore ((s, m) : more) = case Map.lookup m scores of
+          Just old
+            | zNx f -> go z added updated lastScore more
+            | isNaN new -> Outcome (if added + updated > 0 then Replace (VZSet z) else Keep)
+                                   (RError "ERR resulting score is not a number (NaN)")
+            | (zLt f && new >= old) || (zGt f && new <= old) -> go z added updated lastScore more
+            | new /= old -> go (zsetPut m new (Just old) z) added (updated + 1) (Just new) more
+            | otherwise -> go z added updated (Just new) more
+            where new = if zIncr f then s + old else s
+          Nothing
+            | zXx f -> go z added updated lastScore more
+            | otherwise -> go (zsetPut m s Nothing z) (added + 1) updated (Just s) more
+    reply :: Int -> Int -> Maybe Double -> Reply
+    reply added updated lastScore
+      | zIncr f = maybe RNil (RBulk . formatDouble) lastScore
+      | zCh f = RInt (added + updated)
+      | otherwise = RInt added
+
+-- | Give a member a score (replacing its old one, if given). A score of
+-- -0 is kept as 0, as redis keeps it in a small sorted set (in one of more
+-- than 128 members, redis keeps the sign).
+zsetPut :: ByteString -> Double -> Maybe Double -> ZSet -> ZSet
+zsetPut m s0 old (ZSet scores ordered) =
+  ZSet (Map.insert m s scores) (Set.insert (s, m) (maybe ordered (\o -> Set.delete (o, m) ordered) old))
+  where s = if s0 == 0 then 0 else s0
+
+-- | ZPOPMIN / ZPOPMAX (highest first: 'True') key [count]
+zpopCommand :: Bool -> [ByteString] -> Plan
+zpopCommand top [k] = OnKey k (zpopOp top 1)
+zpopCommand top [k, n] = withCount n (OnKey k . zpopOp top)
+zpopCommand _ _ = Answer syntaxError
+
+zpopOp :: Bool -> Int -> KeyOp
+zpopOp top count _ _ v = case v of
+  Nothing -> Outcome Keep (RArray [])
+  Just (VZSet (ZSet scores ordered)) ->
+    let (taken, rest)
+          | top = let (low, high) = Set.splitAt (Set.size ordered - count) ordered in (Set.toDescList high, low)
+          | otherwise = let (low, high) = Set.splitAt count ordered in (Set.toAscList low, high)
+        scores' = foldl (\m (_, x) -> Map.delete x m) scores taken
+        update | Set.null rest = Delete
+               | otherwise = Replace (VZSet (ZSet scores' rest))
+    in Outcome (if null taken then Keep else update) (withScores True taken)
+  Just _ -> Outcome Keep wrongType
+
+-- | ZREM: how many of the members were there; an emptied sorted set goes.
+zremOp :: [ByteString] -> KeyOp
+zremOp = removeFrom (\x -> case x of VZSet z -> Just z; _ -> Nothing) VZSet remove (\(ZSet scores _) -> Map.size scores)
+  where
+    remove m z@(ZSet scores ordered) = case Map.lookup m scores of
+      Just s -> ZSet (Map.delete m scores) (Set.delete (s, m) ordered)
+      Nothing -> z
+
+-- | ZMSCORE key member [member ...]: each member's score, or nil.
+zmscoreOp :: [ByteString] -> KeyOp
+zmscoreOp ms _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray (map (const RNil) ms)
+  Just (VZSet (ZSet scores _)) -> RArray [ maybe RNil (RBulk . formatDouble) (Map.lookup m scores) | m <- ms ]
+  Just _ -> wrongType
+
+-- | ZRANK / ZREVRANK (from the highest: 'True'): the member's place, or nil.
+zrankOp :: Bool -> ByteString -> KeyOp
+zrankOp fromTop m _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VZSet (ZSet scores ordered)) -> case Map.lookup m scores of
+    Just s -> let i = Set.findIndex (s, m) ordered
+              in RInt (if fromTop then Set.size ordered - 1 - i else i)
+    Nothing -> RNil
+  Just _ -> wrongType
+
+-- | ZCOUNT and ZLEXCOUNT: how many members the range picks.
+zcountOp :: (Set.Set (Double, ByteString) -> [(Double, ByteString)]) -> KeyOp
+zcountOp pick _ _ v = Outcome Keep $ case v of
+  Nothing -> RInt 0
+  Just (VZSet (ZSet _ ordered)) -> RInt (length (pick ordered))
+  Just _ -> wrongType
+
+-- | ZREMRANGEBYSCORE, ZREMRANGEBYLEX and ZREMRANGEBYRANK: remove the
+-- members the range picks, and say how many; an emptied sorted set goes.
+zremrangeOp :: (Set.Set (Double, ByteString) -> [(Double, ByteString)]) -> KeyOp
+zremrangeOp pick _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just (VZSet (ZSet scores ordered)) ->
+    let gone = pick ordered
+        kept = foldl (flip Set.delete) ordered gone
+        scores' = foldl (\m (_, x) -> Map.delete x m) scores gone
+        update | null gone = Keep
+               | Set.null kept = Delete
+               | otherwise = Replace (VZSet (ZSet scores' kept))
+    in Outcome update (RInt (length gone))
+  Just _ -> Outcome Keep wrongType
+
+-- | An older form of ZRANGE: the options it stands for, then only
+-- WITHSCORES and LIMIT (another option is redis's syntax error).
+zrangeForm :: [ByteString] -> [ByteString] -> Plan
+zrangeForm implied (k : lo : hi : opts)
+  | any ((`elem` ["REV", "BYSCORE", "BYLEX"]) . upper) opts = Answer syntaxError
+  | otherwise = zrangeCommand (k : lo : hi : implied ++ opts)
+zrangeForm _ _ = Answer syntaxError
+
+-- | Members, with their scores after each if asked.
+withScores :: Bool -> [(Double, ByteString)] -> Reply
+withScores scored ms
+  | scored = RArray (concat [ [RBulk m, RBulk (formatDouble s)] | (s, m) <- ms ])
+  | otherwise = RArray [ RBulk m | (_, m) <- ms ]
+
+zcardOp :: KeyOp
+zcardOp = sizeOp (\x -> case x of VZSet (ZSet scores _) -> Just (Map.size scores); _ -> Nothing)
+
+zscoreOp :: ByteString -> KeyOp
+zscoreOp m _ _ v = Outcome Keep $ case v of
+  Nothing -> RNil
+  Just (VZSet (ZSet scores _)) -> maybe RNil (RBulk . formatDouble) (Map.lookup m scores)
+  Just _ -> wrongType
+
+-- | ZRANGE key min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]
+-- [WITHSCORES], with redis 7.0's parsing and errors.
+zrangeCommand :: [ByteString] -> Plan
+zrangeCommand (k : lo : hi : opts) = zrangeArgs False lo hi opts $ \r rev offset count scored ->
+  OnKey k (zrangeOp r rev offset count scored)
+zrangeCommand _ = Answer syntaxError
+
+zrangeOp :: ZRange -> Bool -> Int -> Int -> Bool -> KeyOp
+zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray []
+  Just (VZSet (ZSet _ ordered)) -> withScores scored (zrangePick range rev offset count ordered)
+  Just _ -> wrongType
+
+-- | ZRANDMEMBER key [count [WITHSCORES]]: a random member (nil without the
+-- sorted set); with a count, up to that many distinct members, or, for a
+-- negative count, that many with repeats. The count is read before the
+-- key, as redis does.
+zrandmemberCommand :: [ByteString] -> Plan
+zrandmemberCommand [k] = OnKey k (zrandmemberOp Nothing False)
+zrandmemberCommand (k : n : rest) = case readInteger n of
+  Nothing -> Answer notInteger
+  Just c
+    | c == minBound -> Answer (RError "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+    | otherwise -> case map upper rest of
+        [] -> OnKey k (zrandmemberOp (Just c) False)
+        ["WITHSCORES"]
+          | c < negate (maxBound `div` 2) || c > maxBound `div` 2 -> Answer (RError "ERR value is out of range")
+          | otherwise -> OnKey k (zrandmemberOp (Just c) True)
+        _ -> Answer syntaxError
+zrandmemberCommand _ = Answer syntaxError
+
+zrandmemberOp :: Maybe Int -> Bool -> KeyOp
+zrandmemberOp count scored now _ v = Outcome Keep $ case v of
+  Nothing -> if count == Nothing then RNil else RArray []
+  Just (VZSet (ZSet _ ordered)) ->
+    let rs = randoms (clockSeed now)
+        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size ordered))) ordered
+    in case count of
+      Nothing -> maybe RNil (RBulk . snd . at) (listToMaybe rs)
+      Just c
+        | c < 0 -> withScores scored (map at (take (negate c) rs))
+        -- All of them, highest first: the order redis walks a sorted set
+        -- in when it takes all of it.
+        | c >= Set.size ordered -> withScores scored (Set.toDescList ordered)
+        | otherwise -> withScores scored (fst (pickDistinct c ordered rs))
+  Just _ -> wrongType
+
+------------------------------------------------------------------------------
+-- Several sorted sets
+
+-- Note [Scored parts]
+-- ~~~~~~~~~~~~~~~~~~~
+-- A command over several keys reads each key on its own color and gets
+-- its part back as a 'Reply' (Note [Multi-key commands] in "Kv.Batch").
+-- The sorted-set commands need every score exactly, so a part carries
+-- members and scores as pairs of elements: the member's 'RBulk' and the
+-- score's bits in an 'RInt' ('scoredPart', 'fromPart'). A part is never
+-- sent to a client. A plain set's members score 1, as in redis.
+
+-- | A key's part for a command over several sorted sets: its members and
+-- scores, lowest first (Note [Scored parts]); none for a missing key; a
+-- set's members at 1; WRONGTYPE for another type.
+readScored :: KeyOp
+readScored _ _ v = Outcome Keep $ case v of
+  Nothing -> RArray []
+  Just (VZSet (ZSet _ ordered)) -> scoredPart (Set.toAscList ordered)
+  Just (VSet s) -> scoredPart [ (1, m) | m <- Set.toAscList s ]
+  Just _ -> wrongType
+
+scoredPart :: [(Double, ByteString)] -> Reply
+scoredPart ms = RArray (concat [ [RBulk m, RInt (fromIntegral (castDoubleToWord64 s))] | (s, m) <- ms ])
+
+fromPart :: Reply -> [(Double, ByteString)]
+fromPart (RArray xs) = pairs xs
+  where
+    pairs (RBulk m : RInt b : rest) = (castWord64ToDouble (fromIntegral b), m) : pairs rest
+    pairs _ = []
+fromPart _ = []
+
+-- | The STORE forms' write: the destination, of whatever type it was,
+-- becomes the result without expiry, or goes if the result is empty.
+zstoreOp :: [(Double, ByteString)] -> KeyOp
+zstoreOp ms _ _ v
+  | null ms = Outcome (maybe Keep (const Delete) v) (RInt 0)
+  | otherwise = let z@(ZSet scores _) = foldl (\acc (s, m) -> zsetPut m s Nothing acc) emptyZSet ms
+                in Outcome (Fresh (VZSet z)) (RInt (Map.size scores))
+
+data Aggregate = Sum | Minimum | Maximum
+
+-- | Where a combining command's result goes.
+data Form
+  = Storing    -- ^ the STORE forms: into the destination
+  | Listing    -- ^ ZUNION, ZINTER, ZDIFF: to the client
+  | Counting   -- ^ ZINTERCARD: its size, to the client
+  deriving Eq
+
+-- | A combining command's options.
+data Options = Options
+  { oWeights :: Maybe [Double]
+  , oAggregate :: !Aggregate
+  , oScored :: !Bool
+  , oLimit :: !Int }
+
+-- | ZUNION, ZINTER, ZDIFF, ZINTERCARD (@numkeys key [key ...] options@)
+-- and the STORE forms (a destination first), as redis 7.0 parses them:
+-- numkeys, then the keys' types (WRONGTYPE, whatever the options say),
+-- then the options.
+combineCommand :: ByteString -> Combine -> Form -> [ByteString] -> Plan
+combineCommand name how form args0 = case (if form == Storing then drop 1 args0 else args0) of
+  nk : rest -> case readInteger nk of
+    Nothing -> Answer notInteger
+    Just n
+      | n < 1 -> Answer (RError ("ERR at least 1 input key is needed for '" <> lower name <> "' command"))
+      | n > length rest -> Answer syntaxError
+      | otherwise ->
+          let (ks, opts) = splitAt n rest
+              parsed = options n opts (Options Nothing Sum False 0)
+          in Steps [ (k, readScored) | k <- ks ] $ \parts -> case ([ e | e@(RError _) <- parts ], parsed) of
+               (e : _, _) -> Answer e
+               (_, Left e) -> Answer e
+               (_, Right o) -> finish o (combineScored how o (map fromPart parts))
+  [] -> Answer syntaxError
+  where
+    weighted = case how of Diff -> False; _ -> form /= Counting
+    options n (o : more) acc
+      | weighted && upper o == "WEIGHTS" && length more >= n =
+          case traverse readDouble (take n more) of
+            Just ws -> options n (drop n more) acc { oWeights = Just ws }
+            Nothing -> Left (RError "ERR weight value is not a float")
+      | weighted && upper o == "AGGREGATE", a : more' <- more = case upper a of
+          "SUM" -> options n more' acc { oAggregate = Sum }
+          "MIN" -> options n more' acc { oAggregate = Minimum }
+          "MAX" -> options n more' acc { oAggregate = Maximum }
+          _ -> Left syntaxError
+      | form == Listing && upper o == "WITHSCORES" = options n more acc { oScored = True }
+      | form == Counting && upper o == "LIMIT", l : more' <- more = case readInteger l of
+          Just limit | limit >= 0 -> options n more' acc { oLimit = limit }
+          _ -> Left (RError "ERR LIMIT can't be negative")
+      | otherwise = Left syntaxError
+    options _ [] acc = Right acc
+    finish o result = case (form, args0) of
+      (Storing, dst : _) -> OnKey dst (zstoreOp result)
+      (Counting, _) -> Answer (RInt (if oLimit o == 0 then length result else min (oLimit o) (length result)))
+      _ -> Answer (withScores (oScored o) (Set.toAscList (Set.fromList result)))
+    lower = B.map (\c -> if c >= 65 && c <= 90 then c + 32 else c)
+
+-- | The keys' members combined as redis combines them: a union or
+-- intersection goes through the inputs smallest first (so that scores
+-- aggregate in redis's order), weighting each score (a NaN product is
+-- 0); a sum that comes to NaN (infinities of both signs) is 0. A
+-- difference keeps the first key's members and scores.
+combineScored :: Combine -> Options -> [[(Double, ByteString)]] -> [(Double, ByteString)]
+combineScored how o parts = case how of
+  Diff -> case parts of
+    first : others -> let gone = Set.fromList (map snd (concat others))
+                      in [ e | e@(_, m) <- first, not (Set.member m gone) ]
+    [] -> []
+  Union -> [ (s, m) | (m, s) <- Map.toList (foldl addPart Map.empty inputs) ]
+  Inter -> case inputs of
+    (w0, smallest) : others ->
+      let maps = [ (w, Map.fromList [ (m, s) | (s, m) <- p ]) | (w, p) <- others ]
+          inAll (s0, m) = go (nanToZero (w0 * s0)) maps
+            where
+              go acc [] = Just (acc, m)
+              go acc ((w, mp) : more) = case Map.lookup m mp of
+                Just s -> go (aggregate acc (s * w)) more
+                Nothing -> Nothing
+      in mapMaybe inAll smallest
+    [] -> []
+  where
+    inputs = sortOn (length . snd) (zip (fromMaybe (repeat 1) (oWeights o)) parts)
+    addPart acc (w, p) = foldl (\m (s, x) -> Map.insertWith (\new old -> aggregate old new) x (nanToZero (w * s)) m) acc p
+    aggregate target val = case oAggregate o of
+      Sum -> nanToZero (target + val)
+      Minimum -> if val < target then val else target
+      Maximum -> if val > target then val else target
+    nanToZero x = if isNaN x then 0 else x
+
+-- | ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset
+-- count]: ZRANGE's pick from the source, stored in the destination (which
+-- goes if nothing is picked), in two steps, one on each key's color.
+zrangestoreCommand :: [ByteString] -> Plan
+zrangestoreCommand (dst : src : lo : hi : opts) = zrangeArgs True lo hi opts $ \r rev offset count _ ->
+  let pick _ _ v = Outcome Keep $ case v of
+        Nothing -> RArray []
+        Just (VZSet (ZSet _ ordered)) -> scoredPart (zrangePick r rev offset count ordered)
+        Just _ -> wrongType
+  in Steps [(src, pick)] $ \parts -> case parts of
+       [e@(RError _)] -> Answer e
+       [part] -> OnKey dst (zstoreOp (fromPart part))
+       _ -> Answer syntaxError
+zrangestoreCommand _ = Answer syntaxError
+
+-- | ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]: pop from the first
+-- of the keys that exists (WRONGTYPE if it is not a sorted set), as redis
+-- checks its arguments. The keys are looked at first, each on its color,
+-- then the chosen one popped; should it have gone in between, the keys
+-- after it are looked at again.
+zmpopCommand :: [ByteString] -> Plan
+zmpopCommand (nk : rest) = case readInteger nk of
+  Just n | n >= 1 -> case drop n rest of
+    end : opts | Just top <- side (upper end) -> case opts of
+      [] -> go top 1 (take n rest)
+      [c, x] | upper c == "COUNT" -> case readInteger x of
+        Just count | count >= 1 -> go top count (take n rest)
+        _ -> Answer (RError "ERR count should be greater than 0")
+      _ -> Answer syntaxError
+    _ -> Answer syntaxError
+  _ -> Answer (RError "ERR numkeys should be greater than 0")
+  where
+    side w = case w of "MIN" -> Just False; "MAX" -> Just True; _ -> Nothing
+    go _ _ [] = Answer RNilArray
+    go top count ks = Steps [ (k, present) | k <- ks ] $ \parts ->
+      case dropWhile ((== RNil) . snd) (zip ks parts) of
+        [] -> Answer RNilArray
+        (_, e@(RError _)) : _ -> Answer e
+        (k, _) : after -> Steps [(k, zpopOp top count)] $ \popped -> case popped of
+          [RArray []] -> go top count (map fst after)
+          [RArray flat] -> Answer (RArray [RBulk k, RArray (nested flat)])
+          [r] -> Answer r
+          _ -> Answer syntaxError
+    present _ _ v = Outcome Keep $ case v of
+      Nothing -> RNil
+      Just (VZSet _) -> RInt 1
+      Just _ -> wrongType
+    nested (m : s : more) = RArray [m, s] : nested more
+    nested _ = []
+zmpopCommand [] = Answer syntaxError
