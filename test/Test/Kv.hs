@@ -388,6 +388,8 @@ genCommand = frequency
     -- Only the counts whose answer is not random: none, all, or an error.
   , (1, args [word "ZRANDMEMBER", key, (: []) <$> elements ["0", "x", "-9223372036854775808", "9223372036854775807", "100", "4611686018427387904"]
              , optional (elements' ["WITHSCORES", "FOO"])])
+  , (1, args [elements' ["RENAME", "RENAMENX"], key, key])
+  , (1, args [word "COPY", key, key, optional (word "REPLACE"), optional (sequence [caseOf "DB", elements ["0", "1", "x"]])])
   , (1, args [word "DBSIZE"])
   , (1, args [word "KEYS", pattern])
   , (1, args [word "SELECT", integer])
@@ -532,6 +534,30 @@ serverSpec = do
             , ["ZRANDMEMBER", "z:b", "10", "WITHSCORES"], ["ZRANDMEMBER", "z:b", "0"], ["ZRANDMEMBER", "z:str", "1"]
             , ["ZRANDMEMBER", "z:b", "-9223372036854775808"], ["ZRANDMEMBER", "z:b", "4611686018427387904", "WITHSCORES"] ]
       differential kv redis (setup ++ combos ++ stores ++ setup ++ others)
+ it "answers RENAME, RENAMENX and COPY of every type, with expiry, exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> do
+      let fill k = [ ["DEL", k <> ":s", k <> ":l", k <> ":t", k <> ":h", k <> ":z"]
+                   , ["SET", k <> ":s", "v"], ["RPUSH", k <> ":l", "a", "b", "a"], ["SADD", k <> ":t", "x", "y"]
+                   , ["HSET", k <> ":h", "f", "1", "g", "2"], ["ZADD", k <> ":z", "0.1", "m", "-inf", "n", "2", "o"]
+                   , ["EXPIRE", k <> ":l", "5000"] ]
+          shown k = [ ["GET", k <> ":s"], ["LRANGE", k <> ":l", "0", "-1"], ["SMEMBERS", k <> ":t"]
+                    , ["HGETALL", k <> ":h"], ["ZRANGE", k <> ":z", "0", "-1", "WITHSCORES"]
+                    , ["TTL", k <> ":l"], ["TTL", k <> ":s"], ["TYPE", k <> ":z"] ]
+          suffixes = [":s", ":l", ":t", ":h", ":z"]
+      differential kv redis $ concat
+        [ fill "a", fill "b"
+        , [ ["RENAME", "a" <> x, "c" <> x] | x <- suffixes ], shown "a", shown "c"
+        , [ ["RENAME", "c" <> x, "b" <> x] | x <- take 2 suffixes ], shown "b"
+        , [ ["RENAMENX", "c" <> x, "b" <> x] | x <- suffixes ], shown "b", shown "c"
+        , [ ["COPY", "b" <> x, "d" <> x] | x <- suffixes ], shown "d"
+        , [ ["RPUSH", "b:l", "z"], ["SADD", "b:t", "w"], ["HSET", "b:h", "f", "9"], ["ZADD", "b:z", "5", "m"], ["APPEND", "b:s", "w"] ]
+        , shown "d"
+        , [ ["COPY", "b" <> x, "d" <> x] | x <- suffixes ], [ ["COPY", "b" <> x, "d" <> x, "REPLACE"] | x <- suffixes ], shown "d"
+        , [ ["RENAME", "none", "e"], ["RENAMENX", "none", "e"], ["RENAME", "b:s", "b:s"], ["RENAMENX", "b:s", "b:s"], ["RENAME", "none", "none"]
+          , ["COPY", "none", "e"], ["COPY", "b:s", "b:s"], ["COPY", "b:s", "e", "DB", "1"], ["COPY", "b:s", "e", "DB", "x"]
+          , ["COPY", "b:s", "e", "DB", "0", "REPLACE"], ["COPY", "b:s", "e", "FOO"], ["GET", "e"], ["DBSIZE"] ] ]
  it "answers generated command sequences, pipelined, exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

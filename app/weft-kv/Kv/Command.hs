@@ -10,7 +10,8 @@
 -- several keys whose replies are joined (Note [Multi-key commands] in
 -- "Kv.Server"), or one on every key color. The operations themselves are
 -- pure ('KeyOp'); "Kv.Store" runs them on their key's color. This module
--- has the table, the server, string and key commands; "Kv.Lists",
+-- has the table, the server, string and key commands; "Kv.Copy" RENAME
+-- and COPY; "Kv.Lists",
 -- "Kv.Sets", "Kv.Hashes" and "Kv.ZSets" the commands on lists, sets,
 -- hashes and sorted sets. Each follows
 -- redis 7.0: its arguments, its checks in their order, its replies and
@@ -33,6 +34,7 @@ import qualified Data.Map.Strict as Map
 import Data.Maybe (isJust)
 import qualified Data.Set as Set
 
+import Kv.Copy (copyCommands)
 import Kv.Hashes (hashCommands)
 import Kv.Lists (listCommands)
 import Kv.Plan
@@ -87,7 +89,7 @@ printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 commands :: IntMap.IntMap [Command]
 commands = IntMap.fromListWith (++)
   [ (nameHash name, [entry])
-  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
+  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
 
 -- | A command's table entry, by its name in any case.
 lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)

@@ -11,6 +11,8 @@ module Kv.Store
   , Value (..)
   , ZSet (..)
   , emptyZSet
+  , valuePart
+  , partValue
     -- * Clocks
   , Now (..)
   , readNow
@@ -45,6 +47,7 @@ import Data.Time.Clock.System (SystemTime (..), getSystemTime)
 import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (peekByteOff)
 import GHC.Clock (getMonotonicTimeNSec)
+import GHC.Float (castDoubleToWord64, castWord64ToDouble)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
@@ -125,6 +128,45 @@ data ZSet = ZSet !(Map.Map ByteString Double) !(Set.Set (Double, ByteString))
 
 emptyZSet :: ZSet
 emptyZSet = ZSet Map.empty Set.empty
+
+-- Note [Values in parts]
+-- ~~~~~~~~~~~~~~~~~~~~~~~
+-- A command that carries a value from one key to another (RENAME, COPY)
+-- reads it on the source's color and writes it on the destination's,
+-- and what passes between its steps is a 'Reply' (Note [Multi-key
+-- commands] in "Kv.Batch"). So the value travels as one: 'valuePart'
+-- writes its expiry deadline, its type and its contents (a score as its
+-- bits, so that it comes back exact), 'partValue' reads them back. A part
+-- is never sent to a client; it copies the contents' spine, not their
+-- bytes.
+
+-- | A value and its expiry deadline (0: none) as a part (Note [Values in
+-- parts]).
+valuePart :: Int -> Value -> Reply
+valuePart deadline v = RArray (RInt deadline : case v of
+  VString s -> [RInt 0, RBulk s]
+  VList xs -> RInt 1 : map RBulk (foldr (:) [] xs)
+  VSet xs -> RInt 2 : map RBulk (Set.toAscList xs)
+  VHash h -> RInt 3 : concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ]
+  VZSet (ZSet _ ordered) -> RInt 4 : concat [ [RBulk m, RInt (fromIntegral (castDoubleToWord64 sc))] | (sc, m) <- Set.toAscList ordered ])
+
+-- | The value and expiry deadline of a part 'valuePart' wrote.
+partValue :: Reply -> Maybe (Int, Value)
+partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
+  0 | [RBulk s] <- xs -> Just (VString s)
+  1 -> VList . Seq.fromList <$> traverse bulk xs
+  2 -> VSet . Set.fromDistinctAscList <$> traverse bulk xs
+  3 -> VHash . Map.fromDistinctAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
+  4 -> (\ps -> VZSet (ZSet (Map.fromList [ (m, sc) | (sc, m) <- ps ]) (Set.fromDistinctAscList ps)))
+         <$> pairs (\m x -> case x of RInt b -> Just (castWord64ToDouble (fromIntegral b), m); _ -> Nothing) xs
+  _ -> Nothing
+  where
+    bulk (RBulk b) = Just b
+    bulk _ = Nothing
+    pairs f (RBulk a : b : rest) = (:) <$> f a b <*> pairs f rest
+    pairs _ [] = Just []
+    pairs _ _ = Nothing
+partValue _ = Nothing
 
 -- | A key and what it holds, with its expiry if any.
 data Entry = Entry !Value !Expiry
