@@ -284,9 +284,19 @@ differential kv redis cmds = withClient kv $ \a -> withClient redis $ \b ->
 -- unspecified (KEYS, HGETALL, and the members of sets), which are
 -- compared as sets.
 pipelined :: Client -> Client -> [[ByteString]] -> IO ()
-pipelined a b cmds = do
+pipelined = pipelinedWith sendRaw
+
+-- | As 'pipelined', but weft-kv gets the pipeline one byte per send with
+-- a pause after each, so that its commands are split across reads at
+-- every byte boundary.
+pipelinedBytewise :: Client -> Client -> [[ByteString]] -> IO ()
+pipelinedBytewise = pipelinedWith $ \c bytes ->
+  forM_ [0 .. B.length bytes - 1] $ \i -> sendRaw c (B.take 1 (B.drop i bytes)) >> threadDelay 50
+
+pipelinedWith :: (Client -> ByteString -> IO ()) -> Client -> Client -> [[ByteString]] -> IO ()
+pipelinedWith sendToKv a b cmds = do
   let sent who c = handle (\(e :: SomeException) -> fail (who ++ " on " ++ show cmds ++ ": " ++ show e)) c
-  ras <- sent "weft-kv" (run a cmds)
+  ras <- sent "weft-kv" (sendToKv a (B.concat (map encodeCommand cmds)) >> replies a (length cmds))
   rbs <- sent "redis-server" (run b cmds)
   forM_ (zip3 cmds ras rbs) $ \(c, ra, rb) -> (c, unordered c ra) `shouldBe` (c, unordered c rb)
   where
@@ -569,6 +579,18 @@ serverSpec = do
         forAll pipelines $ \ps -> ioProperty $ do
           pipelined a b [["FLUSHALL"]]
           mapM_ (pipelined a b) ps
+      unless (isSuccess result) $ expectationFailure (output result)
+ it "answers generated pipelines sent to it a byte at a time exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> withClient kv $ \a -> withClient redis $ \b -> do
+      let Client s _ = a
+      N.setSocketOption s N.NoDelay 1
+      let pipelines = resize 5 (listOf1 (resize 6 (listOf1 genCommand)))
+      result <- quickCheckWithResult stdArgs { maxSuccess = 10, chatty = False } $
+        forAll pipelines $ \ps -> ioProperty $ do
+          pipelined a b [["FLUSHALL"]]
+          mapM_ (pipelinedBytewise a b) ps
       unless (isSuccess result) $ expectationFailure (output result)
  it "answers generated pipelines exactly as redis-server does with every key on one color, and with 65536 colors" $
   withRedis $ \found -> case found of
