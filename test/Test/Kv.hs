@@ -279,6 +279,18 @@ differential :: SockAddr -> SockAddr -> [[ByteString]] -> IO ()
 differential kv redis cmds = withClient kv $ \a -> withClient redis $ \b ->
   mapM_ (pipelined a b . (: [])) cmds
 
+-- | Generated cases, each from an empty store: up to @pipes@ pipelines
+-- of up to @cmds@ commands, each sent with @send@ to weft-kv and redis
+-- and compared. The failure's report, if any.
+generatedPipelines :: Int -> Int -> Int -> (Client -> Client -> [[ByteString]] -> IO ()) -> Client -> Client -> IO (Maybe String)
+generatedPipelines cases pipes cmds send a b = do
+  let pipelines = resize pipes (listOf1 (resize cmds (listOf1 genCommand)))
+  result <- quickCheckWithResult stdArgs { maxSuccess = cases, chatty = False } $
+    forAll pipelines $ \ps -> ioProperty $ do
+      pipelined a b [["FLUSHALL"]]
+      mapM_ (send a b) ps
+  return (if isSuccess result then Nothing else Just (output result))
+
 -- | Send commands in one write to both servers, and compare the replies
 -- one by one: byte for byte, but for the replies whose order redis leaves
 -- unspecified (KEYS, HGETALL, and the members of sets), which are
@@ -574,35 +586,20 @@ serverSpec = do
     Right redis -> withKv 65536 $ \kv -> withClient kv $ \a -> withClient redis $ \b -> do
       -- Each case starts from an empty store and sends up to 30
       -- pipelines of up to 8 commands each.
-      let pipelines = resize 30 (listOf1 (resize 8 (listOf1 genCommand)))
-      result <- quickCheckWithResult stdArgs { maxSuccess = 150, chatty = False } $
-        forAll pipelines $ \ps -> ioProperty $ do
-          pipelined a b [["FLUSHALL"]]
-          mapM_ (pipelined a b) ps
-      unless (isSuccess result) $ expectationFailure (output result)
+      generatedPipelines 150 30 8 pipelined a b >>= mapM_ expectationFailure
  it "answers generated pipelines sent to it a byte at a time exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why
     Right redis -> withKv 65536 $ \kv -> withClient kv $ \a -> withClient redis $ \b -> do
       let Client s _ = a
       N.setSocketOption s N.NoDelay 1
-      let pipelines = resize 5 (listOf1 (resize 6 (listOf1 genCommand)))
-      result <- quickCheckWithResult stdArgs { maxSuccess = 10, chatty = False } $
-        forAll pipelines $ \ps -> ioProperty $ do
-          pipelined a b [["FLUSHALL"]]
-          mapM_ (pipelinedBytewise a b) ps
-      unless (isSuccess result) $ expectationFailure (output result)
+      generatedPipelines 10 5 6 pipelinedBytewise a b >>= mapM_ expectationFailure
  it "answers generated pipelines exactly as redis-server does with every key on one color, and with 65536 colors" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why
     Right redis -> forM_ [1, 65536] $ \colors ->
       withKvConfig defaultServerConfig { serverKeyColors = colors } $ \kv -> withClient kv $ \a -> withClient redis $ \b -> do
-        let pipelines = resize 20 (listOf1 (resize 8 (listOf1 genCommand)))
-        result <- quickCheckWithResult stdArgs { maxSuccess = 40, chatty = False } $
-          forAll pipelines $ \ps -> ioProperty $ do
-            pipelined a b [["FLUSHALL"]]
-            mapM_ (pipelined a b) ps
-        unless (isSuccess result) $ expectationFailure ("key colors " ++ show colors ++ ": " ++ output result)
+        generatedPipelines 40 20 8 pipelined a b >>= mapM_ (expectationFailure . (("key colors " ++ show colors ++ ": ") ++))
  it "answers integer commands on random 64-bit values exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why
