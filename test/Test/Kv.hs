@@ -410,6 +410,7 @@ genCommand = frequency
     -- Only the counts whose answer is not random: none, all, or an error.
   , (1, args [word "ZRANDMEMBER", key, (: []) <$> elements ["0", "x", "-9223372036854775808", "9223372036854775807", "100", "4611686018427387904"]
              , optional (elements' ["WITHSCORES", "FOO"])])
+  , (1, args [word "HRANDFIELD", key, (: []) <$> elements ["0", "x", "-9223372036854775808"], optional (elements' ["WITHVALUES", "FOO"])])
   , (1, args [elements' ["RENAME", "RENAMENX"], key, key])
   , (1, args [word "COPY", key, key, optional (word "REPLACE"), optional (sequence [caseOf "DB", elements ["0", "1", "x"]])])
   , (1, args [word "DBSIZE"])
@@ -580,6 +581,18 @@ serverSpec = do
         , [ ["RENAME", "none", "e"], ["RENAMENX", "none", "e"], ["RENAME", "b:s", "b:s"], ["RENAMENX", "b:s", "b:s"], ["RENAME", "none", "none"]
           , ["COPY", "none", "e"], ["COPY", "b:s", "b:s"], ["COPY", "b:s", "e", "DB", "1"], ["COPY", "b:s", "e", "DB", "x"]
           , ["COPY", "b:s", "e", "DB", "0", "REPLACE"], ["COPY", "b:s", "e", "FOO"], ["GET", "e"], ["DBSIZE"] ] ]
+ it "answers SRANDMEMBER, ZRANDMEMBER and HRANDFIELD where their answer is not random exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> differential kv redis $
+      -- One item in each: every count's answer is fixed.
+      [ ["SADD", "r:s", "a"], ["ZADD", "r:z", "1.5", "a"], ["HSET", "r:h", "f", "1"], ["SET", "r:str", "v"] ]
+      ++ concat
+      [ [ [name, k], [name, k, n], [name, k, n, "FOO"], [name, k, n, opt, "FOO"] ]
+        ++ [ [name, k, n', opt] | n' <- n : ["4611686018427387904", "-4611686018427387904", "9223372036854775807"] ]
+      | (name, opt) <- [("SRANDMEMBER", "WITHSCORES"), ("ZRANDMEMBER", "WITHSCORES"), ("HRANDFIELD", "WITHVALUES")]
+      , k <- ["r:s", "r:z", "r:h", "r:str", "r:none"]
+      , n <- ["0", "1", "-1", "-3", "5", "x", "-9223372036854775808"] ]
  it "answers generated command sequences, pipelined, exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

@@ -11,6 +11,7 @@ module Kv.Hashes
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as Map
+import qualified Data.Set as Set
 
 import Kv.Plan
 import Kv.Resp
@@ -32,6 +33,7 @@ hashCommands =
   , ("HKEYS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . Map.keys) (RArray []))))
   , ("HVALS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . Map.elems) (RArray []))))
   , ("HINCRBY", (Exactly 3, \[k, f, n] -> withInt n (OnKey k . hincrbyOp (B.copy f))))
+  , ("HRANDFIELD", (AtLeast 1, \(k : rest) -> randomArgs (Just "WITHVALUES") rest (\c valued -> OnKey k (hrandfieldOp c valued))))
   ]
 
 -- | HSET key field value [field value ...]
@@ -123,3 +125,17 @@ hincrbyOp f d _ _ v = case v of
 
 hlenOp :: KeyOp
 hlenOp = sizeOp (\x -> case x of VHash h -> Just (Map.size h); _ -> Nothing)
+
+-- | HRANDFIELD key [count [WITHVALUES]]: a random field (nil without the
+-- hash); with a count, up to that many distinct fields, or, for a
+-- negative count, that many with repeats; with their values if asked.
+hrandfieldOp :: Maybe Int -> Bool -> KeyOp
+hrandfieldOp count valued now _ v = Outcome Keep $ case v of
+  Nothing -> if count == Nothing then RNil else RArray []
+  Just (VHash h) ->
+    let pairs = Set.fromDistinctAscList (Map.toAscList h)
+    in case count of
+      Nothing -> maybe RNil (RBulk . fst) (randomItem now pairs)
+      Just c -> RArray (concat [ if valued then [RBulk f, RBulk x] else [RBulk f]
+                               | (f, x) <- randomItems now c pairs (Set.toAscList pairs) ])
+  Just _ -> wrongType

@@ -24,6 +24,9 @@ module Kv.Plan
   , randoms
   , clockSeed
   , pickDistinct
+  , randomArgs
+  , randomItem
+  , randomItems
   ) where
 
 import Data.Bits (shiftR, xor)
@@ -141,3 +144,42 @@ randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
     mix z0 = let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
                  z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
              in z2 `xor` (z2 `shiftR` 31)
+
+-- | The arguments of SRANDMEMBER, ZRANDMEMBER and HRANDFIELD after the
+-- key, as redis reads them: none; a count (any 64-bit integer but the
+-- smallest); or, where the command has one (@option@: WITHSCORES,
+-- WITHVALUES), a count and that option, which then limits the count to
+-- half the range either way. Then the plan for the count, if any, and
+-- whether the option was given.
+randomArgs :: Maybe ByteString -> [ByteString] -> (Maybe Int -> Bool -> Plan) -> Plan
+randomArgs _ [] k = k Nothing False
+randomArgs Nothing (_ : _ : _) _ = Answer syntaxError
+randomArgs option (n : rest) k = case readInteger n of
+  Nothing -> Answer notInteger
+  Just c
+    | c == minBound -> Answer (RError "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
+    | otherwise -> case (map upper rest, option) of
+        ([], _) -> k (Just c) False
+        ([o], Just o')
+          | o == o' && (c < negate (maxBound `div` 2) || c > maxBound `div` 2) -> Answer (RError "ERR value is out of range")
+          | o == o' -> k (Just c) True
+        _ -> Answer syntaxError
+
+-- | One of a collection's items at random, if it has any.
+randomItem :: Now -> Set.Set a -> Maybe a
+randomItem now s = case randomItems now (-1) s [] of
+  [x] -> Just x
+  _ -> Nothing
+
+-- | A collection's items chosen at random for a count, as SRANDMEMBER,
+-- ZRANDMEMBER and HRANDFIELD choose them: for a negative count, that many
+-- with repeats; for a count of at least the size, all of them, in the
+-- order given (@whole@: each command's own); else that many distinct ones.
+randomItems :: Now -> Int -> Set.Set a -> [a] -> [a]
+randomItems now c s whole
+  | c < 0 = if Set.null s then [] else map at (take (negate c) rs)
+  | c >= Set.size s = whole
+  | otherwise = fst (pickDistinct c s rs)
+  where
+    rs = randoms (clockSeed now)
+    at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size s))) s

@@ -26,7 +26,7 @@ setCommands =
   [ ("SADD", (AtLeast 2, \(k : ms) -> OnKey k (saddOp (map B.copy ms))))
   , ("SPOP", (Between 1 2, spopCommand))
   , ("SCARD", (Exactly 1, \[k] -> OnKey k scardOp))
-  , ("SRANDMEMBER", (AtLeast 1, srandmemberCommand))
+  , ("SRANDMEMBER", (AtLeast 1, \(k : rest) -> randomArgs Nothing rest (\c _ -> OnKey k (srandmemberOp c))))
   , ("SISMEMBER", (Exactly 2, \[k, m] -> OnKey k (sismemberOp m)))
   , ("SREM", (AtLeast 2, \(k : ms) -> OnKey k (sremOp ms)))
   , ("SMEMBERS", (Exactly 1, \[k] -> OnKey k smembersOp))
@@ -73,26 +73,12 @@ spopOp count now _ v = case v of
 -- | SRANDMEMBER key [count]: a random member (nil without the set); with a
 -- count, up to that many distinct members, or, for a negative count,
 -- that many with repeats. The count is read before the key, as redis does.
-srandmemberCommand :: [ByteString] -> Plan
-srandmemberCommand [k] = OnKey k (srandmemberOp Nothing)
-srandmemberCommand [k, n] = case readInteger n of
-  Nothing -> Answer notInteger
-  Just c | c == minBound -> Answer (RError "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
-         | otherwise -> OnKey k (srandmemberOp (Just c))
-srandmemberCommand _ = Answer syntaxError
-
 srandmemberOp :: Maybe Int -> KeyOp
 srandmemberOp count now _ v = Outcome Keep $ case v of
   Nothing -> if count == Nothing then RNil else RArray []
-  Just (VSet s) ->
-    let rs = randoms (clockSeed now)
-        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size s))) s
-    in case count of
-      Nothing -> maybe RNil (RBulk . at) (listToMaybe rs)
-      Just c
-        | c < 0 -> RArray (map (RBulk . at) (take (negate c) rs))
-        | c >= Set.size s -> RArray (map RBulk (Set.toList s))
-        | otherwise -> RArray (map RBulk (fst (pickDistinct c s rs)))
+  Just (VSet s) -> case count of
+    Nothing -> maybe RNil RBulk (randomItem now s)
+    Just c -> RArray (map RBulk (randomItems now c s (Set.toList s)))
   Just _ -> wrongType
 
 scardOp :: KeyOp

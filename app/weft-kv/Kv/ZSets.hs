@@ -14,7 +14,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as Map
 import Data.List (sortOn)
-import Data.Maybe (fromMaybe, listToMaybe, mapMaybe)
+import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
 import GHC.Float (castDoubleToWord64, castWord64ToDouble)
 
@@ -50,7 +50,7 @@ zsetCommands =
   , ("ZREVRANGEBYSCORE", (AtLeast 3, zrangeForm ["BYSCORE", "REV"]))
   , ("ZRANGEBYLEX", (AtLeast 3, zrangeForm ["BYLEX"]))
   , ("ZREVRANGEBYLEX", (AtLeast 3, zrangeForm ["BYLEX", "REV"]))
-  , ("ZRANDMEMBER", (AtLeast 1, zrandmemberCommand))
+  , ("ZRANDMEMBER", (AtLeast 1, \(k : rest) -> randomArgs (Just "WITHSCORES") rest (\c scored -> OnKey k (zrandmemberOp c scored))))
     -- Several keys, perhaps of several colors (Note [Multi-key commands]
     -- in "Kv.Batch").
   , ("ZUNIONSTORE", (AtLeast 3, combineCommand "ZUNIONSTORE" Union Storing))
@@ -238,36 +238,14 @@ zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
 
 -- | ZRANDMEMBER key [count [WITHSCORES]]: a random member (nil without the
 -- sorted set); with a count, up to that many distinct members, or, for a
--- negative count, that many with repeats. The count is read before the
--- key, as redis does.
-zrandmemberCommand :: [ByteString] -> Plan
-zrandmemberCommand [k] = OnKey k (zrandmemberOp Nothing False)
-zrandmemberCommand (k : n : rest) = case readInteger n of
-  Nothing -> Answer notInteger
-  Just c
-    | c == minBound -> Answer (RError "ERR value is out of range, value must between -9223372036854775807 and 9223372036854775807")
-    | otherwise -> case map upper rest of
-        [] -> OnKey k (zrandmemberOp (Just c) False)
-        ["WITHSCORES"]
-          | c < negate (maxBound `div` 2) || c > maxBound `div` 2 -> Answer (RError "ERR value is out of range")
-          | otherwise -> OnKey k (zrandmemberOp (Just c) True)
-        _ -> Answer syntaxError
-zrandmemberCommand _ = Answer syntaxError
-
+-- negative count, that many with repeats; all of them highest first (the
+-- order redis walks a sorted set in) when the count covers them.
 zrandmemberOp :: Maybe Int -> Bool -> KeyOp
 zrandmemberOp count scored now _ v = Outcome Keep $ case v of
   Nothing -> if count == Nothing then RNil else RArray []
-  Just (VZSet (ZSet _ ordered)) ->
-    let rs = randoms (clockSeed now)
-        at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size ordered))) ordered
-    in case count of
-      Nothing -> maybe RNil (RBulk . snd . at) (listToMaybe rs)
-      Just c
-        | c < 0 -> withScores scored (map at (take (negate c) rs))
-        -- All of them, highest first: the order redis walks a sorted set
-        -- in when it takes all of it.
-        | c >= Set.size ordered -> withScores scored (Set.toDescList ordered)
-        | otherwise -> withScores scored (fst (pickDistinct c ordered rs))
+  Just (VZSet (ZSet _ ordered)) -> case count of
+    Nothing -> maybe RNil (RBulk . snd) (randomItem now ordered)
+    Just c -> withScores scored (randomItems now c ordered (Set.toDescList ordered))
   Just _ -> wrongType
 
 ------------------------------------------------------------------------------
