@@ -345,6 +345,11 @@ genCommand = frequency
   , (1, args [word "GETDEL", key])
   , (1, args [word "GETEX", key, oneof [pure [], (: []) <$> caseOf "PERSIST", setOptions]])
   , (1, args [word "GETRANGE", key, index, index])
+    -- Offsets that stay far below the 512 MiB limit, or pass it (an
+    -- error): no server builds a string of half a gigabyte.
+  , (1, args [word "SETRANGE", key, (: []) <$> elements ["0", "1", "3", "20", "-1", "x", "536870912", "9223372036854775807"], value])
+  , (1, args [word "GETBIT", key, bitOffset])
+  , (1, args [word "SETBIT", key, bitOffset, (: []) <$> elements ["0", "1", "2", "-1", "x", ""]])
   , (2, args [elements' ["INCR", "DECR"], key])
   , (2, args [elements' ["INCRBY", "DECRBY"], key, integer])
   , (2, args [elements' ["DEL", "EXISTS"], keys])
@@ -442,6 +447,7 @@ genCommand = frequency
     index = (: []) <$> indexText
     indexText = frequency [(4, C.pack . show <$> (choose (-6, 6) :: Gen Int)), (1, elements integerEdges)]
     count = (: []) <$> countText
+    bitOffset = (: []) <$> elements ["0", "7", "8", "13", "100", "-1", "x", "4294967296", "18446744073709551616"]
     countText = frequency [(4, C.pack . show <$> (choose (0, 5) :: Gen Int)), (1, elements integerEdges)]
     -- Far enough from now that no answer depends on the milliseconds a
     -- command takes: whole seconds of 1000 or more, or none at all.
@@ -581,6 +587,21 @@ serverSpec = do
         , [ ["RENAME", "none", "e"], ["RENAMENX", "none", "e"], ["RENAME", "b:s", "b:s"], ["RENAMENX", "b:s", "b:s"], ["RENAME", "none", "none"]
           , ["COPY", "none", "e"], ["COPY", "b:s", "b:s"], ["COPY", "b:s", "e", "DB", "1"], ["COPY", "b:s", "e", "DB", "x"]
           , ["COPY", "b:s", "e", "DB", "0", "REPLACE"], ["COPY", "b:s", "e", "FOO"], ["GET", "e"], ["DBSIZE"] ] ]
+ it "answers GETRANGE, SETRANGE, GETBIT and SETBIT exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> differential kv redis
+      [ ["SETRANGE", "b:a", "0", ""], ["EXISTS", "b:a"], ["SETRANGE", "b:a", "5", "xy"], ["GET", "b:a"], ["STRLEN", "b:a"]
+      , ["SETRANGE", "b:a", "1", "hello world"], ["GET", "b:a"], ["SETRANGE", "b:a", "3", ""], ["SETRANGE", "b:a", "-1", "x"]
+      , ["SETRANGE", "b:a", "x", "y"], ["SETRANGE", "b:a", "536870908", "world"], ["SETRANGE", "b:a", "9223372036854775807", "A"]
+      , ["SET", "b:i", "1234"], ["SETRANGE", "b:i", "2", "9"], ["GET", "b:i"], ["INCR", "b:i"]
+      , ["GETBIT", "b:none", "0"], ["SETBIT", "b:none", "20", "0"], ["GET", "b:none"], ["STRLEN", "b:none"]
+      , ["SETBIT", "b:bits", "1", "1"], ["SETBIT", "b:bits", "7", "1"], ["GET", "b:bits"], ["SETBIT", "b:bits", "1", "0"]
+      , ["GETBIT", "b:bits", "7"], ["GETBIT", "b:bits", "6"], ["GETBIT", "b:bits", "800"], ["GETRANGE", "b:bits", "0", "-1"]
+      , ["SETBIT", "b:bits", "-1", "1"], ["SETBIT", "b:bits", "4294967296", "1"], ["SETBIT", "b:bits", "0", "2"], ["SETBIT", "b:bits", "0", "x"]
+      , ["GETBIT", "b:bits", "x"], ["GETBIT", "b:i", "2"], ["SETBIT", "b:i", "0", "1"], ["GET", "b:i"]
+      , ["RPUSH", "b:l", "x"], ["SETRANGE", "b:l", "0", "x"], ["SETRANGE", "b:l", "0", ""], ["GETBIT", "b:l", "0"], ["SETBIT", "b:l", "0", "1"]
+      , ["GETRANGE", "b:a", "-3", "-1"], ["GETRANGE", "b:a", "5", "2"], ["GETRANGE", "b:none2", "0", "-1"] ]
  it "answers SRANDMEMBER, ZRANDMEMBER and HRANDFIELD where their answer is not random exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

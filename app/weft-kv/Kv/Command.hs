@@ -10,8 +10,9 @@
 -- several keys whose replies are joined (Note [Multi-key commands] in
 -- "Kv.Server"), or one on every key color. The operations themselves are
 -- pure ('KeyOp'); "Kv.Store" runs them on their key's color. This module
--- has the table, the server, string and key commands; "Kv.Copy" RENAME
--- and COPY; "Kv.Lists",
+-- has the table, the server, string and key commands; "Kv.Bytes"
+-- GETRANGE, SETRANGE and the bit commands; "Kv.Copy" RENAME and COPY;
+-- "Kv.Lists",
 -- "Kv.Sets", "Kv.Hashes" and "Kv.ZSets" the commands on lists, sets,
 -- hashes and sorted sets. Each follows
 -- redis 7.0: its arguments, its checks in their order, its replies and
@@ -34,6 +35,7 @@ import qualified Data.Map.Strict as Map
 import Data.Maybe (isJust)
 import qualified Data.Set as Set
 
+import Kv.Bytes (byteCommands)
 import Kv.Copy (copyCommands)
 import Kv.Hashes (hashCommands)
 import Kv.Lists (listCommands)
@@ -89,7 +91,7 @@ printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 commands :: IntMap.IntMap [Command]
 commands = IntMap.fromListWith (++)
   [ (nameHash name, [entry])
-  | entry@(name, _) <- serverCommands ++ stringCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
+  | entry@(name, _) <- serverCommands ++ stringCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
 
 -- | A command's table entry, by its name in any case.
 lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)
@@ -266,7 +268,6 @@ stringCommands =
   , ("PSETEX", (Exactly 3, \[k, t, v] -> setexCommand "psetex" Millis k t v))
   , ("GETDEL", (Exactly 1, \[k] -> OnKey k getdelOp))
   , ("GETEX", (AtLeast 1, getexCommand))
-  , ("GETRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . getrangeOp i))))
   , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
   , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
   , ("STRLEN", (Exactly 1, \[k] -> OnKey k strlenOp))
@@ -321,22 +322,6 @@ getdelOp :: KeyOp
 getdelOp _ _ v = case v of
   Just (VString s) -> Outcome Delete (RBulk s)
   _ -> Outcome Keep (stringReply v)
-
--- | GETRANGE key start end: the bytes from start to end, both inclusive,
--- negative ones counted from the end, as redis clamps them.
-getrangeOp :: Int -> Int -> KeyOp
-getrangeOp start end _ _ v = case v of
-  Nothing -> Outcome Keep (RBulk B.empty)
-  Just (VString s) -> Outcome Keep (RBulk (slice (B.length s)))
-    where
-      slice n
-        | start < 0 && end < 0 && start > end = B.empty
-        | otherwise =
-            let a = max 0 (if start < 0 then n + start else start)
-                b0 = if end < 0 then n + end else end
-                b = min (n - 1) (max 0 b0)
-            in if n == 0 || a > b then B.empty else B.take (b - a + 1) (B.drop a s)
-  Just _ -> Outcome Keep wrongType
 
 -- | What GET answers for a value.
 stringReply :: Maybe Value -> Reply
