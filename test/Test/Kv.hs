@@ -352,6 +352,8 @@ genCommand = frequency
   , (1, args [word "SETBIT", key, bitOffset, (: []) <$> elements ["0", "1", "2", "-1", "x", ""]])
   , (2, args [elements' ["INCR", "DECR"], key])
   , (2, args [elements' ["INCRBY", "DECRBY"], key, integer])
+  , (2, args [word "INCRBYFLOAT", key, value])
+  , (1, args [word "HINCRBYFLOAT", key, field, value])
   , (2, args [elements' ["DEL", "EXISTS"], keys])
   , (2, args [elements' ["EXPIRE", "PEXPIRE"], key, expireTime, expireOptions])
   , (1, args [elements' ["EXPIREAT", "PEXPIREAT"], key, pastTime, expireOptions])
@@ -587,6 +589,20 @@ serverSpec = do
         , [ ["RENAME", "none", "e"], ["RENAMENX", "none", "e"], ["RENAME", "b:s", "b:s"], ["RENAMENX", "b:s", "b:s"], ["RENAME", "none", "none"]
           , ["COPY", "none", "e"], ["COPY", "b:s", "b:s"], ["COPY", "b:s", "e", "DB", "1"], ["COPY", "b:s", "e", "DB", "x"]
           , ["COPY", "b:s", "e", "DB", "0", "REPLACE"], ["COPY", "b:s", "e", "FOO"], ["GET", "e"], ["DBSIZE"] ] ]
+ it "answers INCRBYFLOAT and HINCRBYFLOAT exactly as redis-server does, in C's long double" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> differential kv redis $ concat
+      [ [ ["SET", "f:a", start], ["INCRBYFLOAT", "f:a", incr], ["GET", "f:a"]
+        , ["HSET", "f:h", "f", start], ["HINCRBYFLOAT", "f:h", "f", incr], ["HGET", "f:h", "f"] ]
+      | (start, incr) <-
+          [ ("10.5", "0.1"), ("0", "-0"), ("-0.5", "0.5"), ("1", "-1.5"), ("5.0e3", "2.0e2"), ("17179869184", "1.5")
+          , ("0.1", "0.2"), ("1e300", "1e300"), ("1.7976931348623157e308", "1.7976931348623157e308"), ("3", "inf")
+          , ("3", "nan"), ("3", " 1"), ("3", "1 "), (" 3", "1"), ("3\0x", "1"), ("1e-5", "1e-20"), ("abc", "1"), ("0x10", "1")
+          , ("1", "-inf"), ("123456789012345678901234567890", "1"), ("0", "-1e-20") ] ]
+      ++ [ ["DEL", "f:n"], ["INCRBYFLOAT", "f:n", "2.5"], ["HINCRBYFLOAT", "f:m", "g", "-3"], ["HGETALL", "f:m"]
+         , ["RPUSH", "f:l", "x"], ["INCRBYFLOAT", "f:l", "1"], ["HINCRBYFLOAT", "f:l", "g", "1"], ["HINCRBYFLOAT", "f:l", "g", "x"]
+         , ["SET", "f:t", "1", "EX", "5000"], ["INCRBYFLOAT", "f:t", "1"], ["TTL", "f:t"] ]
  it "answers GETRANGE, SETRANGE, GETBIT and SETBIT exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

@@ -43,7 +43,7 @@ import Kv.Plan
 import Kv.Resp
 import Kv.Sets (setCommands)
 import Kv.Store
-import Kv.Text (globMatch)
+import Kv.Text (LongDoubleSum (..), addLongDouble, globMatch)
 import Kv.ZSets (zsetCommands)
 import Weft.Net (byteAt)
 
@@ -270,6 +270,7 @@ stringCommands =
   , ("GETEX", (AtLeast 1, getexCommand))
   , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
   , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
+  , ("INCRBYFLOAT", (Exactly 2, \[k, n] -> OnKey k (incrbyfloatOp (B.copy n))))
   , ("STRLEN", (Exactly 1, \[k] -> OnKey k strlenOp))
   , ("INCR", (Exactly 1, \[k] -> OnKey k (incrOp 1)))
   , ("DECR", (Exactly 1, \[k] -> OnKey k (incrOp (-1))))
@@ -322,6 +323,19 @@ getdelOp :: KeyOp
 getdelOp _ _ v = case v of
   Just (VString s) -> Outcome Delete (RBulk s)
   _ -> Outcome Keep (stringReply v)
+
+-- | INCRBYFLOAT key increment: in C's long double, as redis; the key
+-- keeps its expiry.
+incrbyfloatOp :: ByteString -> KeyOp
+incrbyfloatOp incr _ _ v = case v of
+  Nothing -> add Nothing
+  Just (VString s) -> add (Just s)
+  Just _ -> Outcome Keep wrongType
+  where
+    add start = case addLongDouble start incr of
+      Sum r -> Outcome (Replace (VString r)) (RBulk r)
+      NotFinite -> Outcome Keep (RError "ERR increment would produce NaN or Infinity")
+      _ -> Outcome Keep (RError "ERR value is not a valid float")
 
 -- | What GET answers for a value.
 stringReply :: Maybe Value -> Reply

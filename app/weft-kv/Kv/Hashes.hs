@@ -16,6 +16,7 @@ import qualified Data.Set as Set
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
+import Kv.Text (LongDoubleSum (..), addLongDouble, finiteLongDouble)
 
 -- | The commands of this module, for "Kv.Command"'s table.
 hashCommands :: [Command]
@@ -33,6 +34,7 @@ hashCommands =
   , ("HKEYS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . Map.keys) (RArray []))))
   , ("HVALS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . Map.elems) (RArray []))))
   , ("HINCRBY", (Exactly 3, \[k, f, n] -> withInt n (OnKey k . hincrbyOp (B.copy f))))
+  , ("HINCRBYFLOAT", (Exactly 3, \[k, f, n] -> hincrbyfloatCommand k (B.copy f) (B.copy n)))
   , ("HRANDFIELD", (AtLeast 1, \(k : rest) -> randomArgs (Just "WITHVALUES") rest (\c valued -> OnKey k (hrandfieldOp c valued))))
   ]
 
@@ -139,3 +141,20 @@ hrandfieldOp count valued now _ v = Outcome Keep $ case v of
       Just c -> RArray (concat [ if valued then [RBulk f, RBulk x] else [RBulk f]
                                | (f, x) <- randomItems now c pairs (Set.toAscList pairs) ])
   Just _ -> wrongType
+
+-- | HINCRBYFLOAT key field increment, in C's long double and with redis's
+-- checks in redis's order: the increment (a float, finite), then the key's
+-- type, then the field's value.
+hincrbyfloatCommand :: ByteString -> ByteString -> ByteString -> Plan
+hincrbyfloatCommand k f incr = case finiteLongDouble incr of
+  Nothing -> Answer (RError "ERR value is not a valid float")
+  Just False -> Answer (RError "ERR value is NaN or Infinity")
+  Just True -> OnKey k $ \_ _ v -> case v of
+    Nothing -> add Map.empty
+    Just (VHash h) -> add h
+    Just _ -> Outcome Keep wrongType
+  where
+    add h = case addLongDouble (Map.lookup f h) incr of
+      Sum r -> Outcome (Replace (VHash (Map.insert f r h))) (RBulk r)
+      BadStart -> Outcome Keep (RError "ERR hash value is not a float")
+      _ -> Outcome Keep (RError "ERR increment would produce NaN or Infinity")

@@ -5,6 +5,9 @@ module Kv.Text
   ( readDouble
   , readBound
   , formatDouble
+  , LongDoubleSum (..)
+  , addLongDouble
+  , finiteLongDouble
   , globMatch
   ) where
 
@@ -16,9 +19,9 @@ import qualified Data.ByteString.Unsafe as BU
 import Data.Int (Int8)
 import Data.Word (Word8)
 import Foreign.C.String (CString)
-import Foreign.C.Types (CDouble (..))
-import Foreign.Marshal.Alloc (alloca)
-import Foreign.Ptr (Ptr, minusPtr)
+import Foreign.C.Types (CDouble (..), CInt (..), CSize (..))
+import Foreign.Marshal.Alloc (alloca, allocaBytes)
+import Foreign.Ptr (Ptr, castPtr, minusPtr, nullPtr)
 import Foreign.Storable (peek)
 import System.IO.Unsafe (unsafeDupablePerformIO)
 
@@ -26,6 +29,44 @@ import Kv.Resp (readInteger)
 
 foreign import ccall unsafe "stdlib.h strtod"
   c_strtod :: CString -> Ptr CString -> IO CDouble
+
+foreign import ccall unsafe "weft_kv_ld_finite"
+  c_ldFinite :: Ptr Word8 -> CSize -> IO CInt
+
+foreign import ccall unsafe "weft_kv_ld_add"
+  c_ldAdd :: Ptr Word8 -> CSize -> Ptr Word8 -> CSize -> Ptr Word8 -> IO CInt
+
+-- | What INCRBYFLOAT's addition came to, in C's long double (redis's
+-- type, which Haskell has none of; app/weft-kv/cbits/kv_longdouble.c).
+data LongDoubleSum
+  = Sum !ByteString  -- ^ the sum in redis's form (@%.17Lf@, no trailing zeros)
+  | BadStart         -- ^ the value added to is not a float
+  | BadIncrement     -- ^ the increment is not a float
+  | NotFinite        -- ^ the sum is NaN or infinite
+
+-- | Add an increment to a value (none: 0) as INCRBYFLOAT and HINCRBYFLOAT
+-- do, each read as redis reads a long double (the whole string, no
+-- leading space, not NaN, not overflowing).
+addLongDouble :: Maybe ByteString -> ByteString -> LongDoubleSum
+addLongDouble start incr = unsafeDupablePerformIO $
+  withBytes start $ \sp sl -> withBytes (Just incr) $ \ip il -> allocaBytes longDoubleChars $ \out -> do
+    n <- c_ldAdd sp sl ip il out
+    case n of
+      -1 -> return BadStart
+      -2 -> return BadIncrement
+      _ | n < 0 -> return NotFinite
+        | otherwise -> Sum <$> B.packCStringLen (castPtr out, fromIntegral n)
+  where
+    longDoubleChars = 5 * 1024
+    withBytes Nothing k = k nullPtr 0
+    withBytes (Just b) k = BU.unsafeUseAsCStringLen b $ \(p, l) -> k (castPtr p) (fromIntegral l)
+
+-- | Whether a string is a long double as redis reads one ('Nothing' if
+-- not), and whether it is finite.
+finiteLongDouble :: ByteString -> Maybe Bool
+finiteLongDouble b = unsafeDupablePerformIO $ BU.unsafeUseAsCStringLen b $ \(p, l) -> do
+  r <- c_ldFinite (castPtr p) (fromIntegral l)
+  return (if r < 0 then Nothing else Just (r == 1))
 
 -- | A float as redis reads one (a ZADD score): what C's @strtod@ accepts
 -- (decimal or hexadecimal, @inf@, @infinity@), the whole string, and
