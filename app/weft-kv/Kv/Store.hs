@@ -13,6 +13,8 @@ module Kv.Store
   , emptyZSet
   , valuePart
   , partValue
+  , scoredItems
+  , itemsScored
     -- * Clocks
   , Now (..)
   , readNow
@@ -148,7 +150,7 @@ valuePart deadline v = RArray (RInt deadline : case v of
   VList xs -> RInt 1 : map RBulk (foldr (:) [] xs)
   VSet xs -> RInt 2 : map RBulk (Set.toAscList xs)
   VHash h -> RInt 3 : concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ]
-  VZSet (ZSet _ ordered) -> RInt 4 : concat [ [RBulk m, RInt (fromIntegral (castDoubleToWord64 sc))] | (sc, m) <- Set.toAscList ordered ])
+  VZSet (ZSet _ ordered) -> RInt 4 : scoredItems (Set.toAscList ordered))
 
 -- | The value and expiry deadline of a part 'valuePart' wrote.
 partValue :: Reply -> Maybe (Int, Value)
@@ -157,8 +159,7 @@ partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag o
   1 -> VList . Seq.fromList <$> traverse bulk xs
   2 -> VSet . Set.fromDistinctAscList <$> traverse bulk xs
   3 -> VHash . Map.fromDistinctAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
-  4 -> (\ps -> VZSet (ZSet (Map.fromList [ (m, sc) | (sc, m) <- ps ]) (Set.fromDistinctAscList ps)))
-         <$> pairs (\m x -> case x of RInt b -> Just (castWord64ToDouble (fromIntegral b), m); _ -> Nothing) xs
+  4 -> (\ps -> VZSet (ZSet (Map.fromList [ (m, sc) | (sc, m) <- ps ]) (Set.fromDistinctAscList ps))) <$> itemsScored xs
   _ -> Nothing
   where
     bulk (RBulk b) = Just b
@@ -167,6 +168,17 @@ partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag o
     pairs _ [] = Just []
     pairs _ _ = Nothing
 partValue _ = Nothing
+
+-- | Scored members as a part's items: each member, then its score's bits
+-- (so that it comes back exact).
+scoredItems :: [(Double, ByteString)] -> [Reply]
+scoredItems ms = concat [ [RBulk m, RInt (fromIntegral (castDoubleToWord64 sc))] | (sc, m) <- ms ]
+
+-- | The scored members of items 'scoredItems' wrote.
+itemsScored :: [Reply] -> Maybe [(Double, ByteString)]
+itemsScored (RBulk m : RInt b : rest) = ((castWord64ToDouble (fromIntegral b), m) :) <$> itemsScored rest
+itemsScored [] = Just []
+itemsScored _ = Nothing
 
 -- | A key and what it holds, with its expiry if any.
 data Entry = Entry !Value !Expiry

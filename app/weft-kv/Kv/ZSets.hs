@@ -16,7 +16,6 @@ import qualified Data.Map.Strict as Map
 import Data.List (sortOn)
 import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
-import GHC.Float (castDoubleToWord64, castWord64ToDouble)
 
 import Kv.Plan
 import Kv.Resp
@@ -257,8 +256,9 @@ zrandmemberOp count scored now _ v = Outcome Keep $ case v of
 -- its part back as a 'Reply' (Note [Multi-key commands] in "Kv.Batch").
 -- The sorted-set commands need every score exactly, so a part carries
 -- members and scores as pairs of elements: the member's 'RBulk' and the
--- score's bits in an 'RInt' ('scoredPart', 'fromPart'). A part is never
--- sent to a client. A plain set's members score 1, as in redis.
+-- score's bits in an 'RInt' ('scoredItems' in "Kv.Store", which RENAME's
+-- and COPY's parts use too). A part is never sent to a client. A plain
+-- set's members score 1, as in redis.
 
 -- | A key's part for a command over several sorted sets: its members and
 -- scores, lowest first (Note [Scored parts]); none for a missing key; a
@@ -271,13 +271,10 @@ readScored _ _ v = Outcome Keep $ case v of
   Just _ -> wrongType
 
 scoredPart :: [(Double, ByteString)] -> Reply
-scoredPart ms = RArray (concat [ [RBulk m, RInt (fromIntegral (castDoubleToWord64 s))] | (s, m) <- ms ])
+scoredPart = RArray . scoredItems
 
 fromPart :: Reply -> [(Double, ByteString)]
-fromPart (RArray xs) = pairs xs
-  where
-    pairs (RBulk m : RInt b : rest) = (castWord64ToDouble (fromIntegral b), m) : pairs rest
-    pairs _ = []
+fromPart (RArray xs) = fromMaybe [] (itemsScored xs)
 fromPart _ = []
 
 -- | The STORE forms' write: the destination, of whatever type it was,
