@@ -25,6 +25,7 @@ import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck hiding (within)
 
+import Kv.Deque
 import Kv.Resp
 import Kv.Server
 import Support (within)
@@ -34,7 +35,68 @@ import Weft.Net (Eviction (..))
 spec :: Spec
 spec = describe "weft-kv" $ do
   decoderSpec
+  dequeSpec
   serverSpec
+
+------------------------------------------------------------------------------
+-- List values
+
+-- | An operation on a list value; counts may pass its length.
+data DequeOp
+  = OpPushHead [ByteString]  -- ^ pushed one by one
+  | OpPushTail [ByteString]
+  | OpDropHead Int
+  | OpDropTail Int
+  | OpAppend Bool [ByteString]
+    -- ^ append a list built from these (packed when 'True', else pushed
+    --   one by one), before ('False') or after the value
+  deriving Show
+
+instance Arbitrary DequeOp where
+  arbitrary = frequency
+    [ (3, OpPushHead <$> pushes), (3, OpPushTail <$> pushes)
+    , (2, OpDropHead <$> choose (0, 40)), (2, OpDropTail <$> choose (0, 40))
+    , (1, OpAppend <$> arbitrary <*> resize 70 (listOf dequeItem)) ]
+    where pushes = resize 80 (listOf dequeItem)
+
+-- | A short element, possibly empty.
+dequeItem :: Gen ByteString
+dequeItem = C.pack <$> resize 6 (listOf (elements "ab\0\r"))
+
+-- | The operations on the value and on a plain list.
+applyDequeOp :: (Deque, [ByteString]) -> DequeOp -> (Deque, [ByteString])
+applyDequeOp (d, m) op = case op of
+  OpPushHead xs -> (foldl (flip pushHead) d xs, reverse xs ++ m)
+  OpPushTail xs -> (foldl (flip pushTail) d xs, m ++ xs)
+  OpDropHead k -> (dropHead k d, drop k m)
+  OpDropTail k -> (dropTail k d, take (length m - k) m)
+  OpAppend packed xs ->
+    -- Unpacked: the first half pushed at the head, the rest at the tail.
+    let (front, back) = splitAt (length xs `div` 2) xs
+        other = if packed then dequeFromList xs
+                else foldl (flip pushTail) (foldl (flip pushHead) emptyDeque (reverse front)) back
+    in (dequeAppend d other, m ++ xs)
+
+dequeSpec :: Spec
+dequeSpec = describe "list values (Kv.Deque)" $ do
+  modifyMaxSuccess (const 100) $ prop "agree with a plain list after any operations" $
+    forAll (resize 100 (listOf dequeItem)) $ \start -> forAll (resize 60 (listOf arbitrary)) $ \ops ->
+      let states = scanl applyDequeOp (dequeFromList start, start) ops
+          agrees (d, m) =
+            let n = length m
+                (h, t) = openItems d
+            in counterexample (show (m, dequeToList d, openItems d)) $
+                 dequeToList d == m .&&. dequeToListRev d == reverse m
+                 .&&. dequeLength d == n .&&. dequeNull d == null m
+                 .&&. h < packItems .&&. t < packItems
+                 .&&. conjoin [ dequeIndex i d == (if i < 0 || i >= n then Nothing else Just (m !! i))
+                              | i <- [-1, 0, n - 1, n] ++ [1, 8 .. n] ]
+                 .&&. conjoin [ dequeRange id a b d == take (b - a + 1) (drop a m) | a <- [0, 13 .. n], b <- [a - 1, a + 5, n - 1] ]
+      in conjoin (map agrees states)
+  it "packs what is pushed: no more than 31 elements stay open at either end" $ do
+    let d = foldl (flip pushTail) (foldl (flip pushHead) emptyDeque (replicate 1000 "h")) (replicate 1000 "t")
+    openItems d `shouldSatisfy` (\(h, t) -> h < packItems && t < packItems)
+    dequeToList d `shouldBe` replicate 1000 "h" ++ replicate 1000 "t"
 
 ------------------------------------------------------------------------------
 -- The decoder

@@ -30,13 +30,13 @@ import Data.Char (toLower)
 import Data.Bits (xor, (.&.))
 import qualified Data.IntMap.Strict as IntMap
 import Data.Word (Word64)
-import Data.Foldable (toList)
 import qualified Data.Map.Strict as Map
 import Data.Maybe (isJust)
 import qualified Data.Set as Set
 
 import Kv.Bytes (byteCommands)
 import Kv.Copy (copyCommands)
+import Kv.Deque (dequeToList)
 import Kv.Hashes (hashCommands)
 import Kv.Lists (listCommands)
 import Kv.Plan
@@ -189,7 +189,7 @@ memoryCommand (sub : k : opts)
   where
     usage = OnKey k (\_ _ v -> Outcome Keep (maybe RNil (RInt . (+ (B.length k + perItem)) . valueBytes) v))
     valueBytes (VString s) = B.length s
-    valueBytes (VList xs) = sum [ B.length x + perItem | x <- toList xs ]
+    valueBytes (VList xs) = sum [ B.length x + perItem | x <- dequeToList xs ]
     valueBytes (VSet xs) = sum [ B.length x + perItem | x <- Set.toList xs ]
     valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- Map.toList h ]
     valueBytes (VZSet (ZSet m _)) = sum [ B.length x + 3 * perItem | x <- Map.keys m ]

@@ -13,9 +13,10 @@ module Kv.Lists
 
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import Data.Foldable (foldr', toList)
-import Data.Maybe (fromMaybe)
-import qualified Data.Sequence as Seq
+import Data.List (elemIndex, foldl')
+import Data.Maybe (fromMaybe, listToMaybe)
+
+import Kv.Deque
 
 import Kv.Plan
 import Kv.Resp
@@ -46,12 +47,12 @@ listCommands =
 -- | Push values one by one, at the head (LPUSH) or the tail (RPUSH).
 pushOp :: Bool -> [ByteString] -> KeyOp
 pushOp atHead vs _ _ v = case v of
-  Nothing -> push Seq.empty
+  Nothing -> push emptyDeque
   Just (VList l) -> push l
   Just _ -> Outcome Keep wrongType
   where
-    push l = let l' = if atHead then foldl (flip (Seq.<|)) l vs else foldl (Seq.|>) l vs
-             in Outcome (Replace (VList l')) (RInt (Seq.length l'))
+    push l = let l' = foldl' (flip (if atHead then pushHead else pushTail)) l vs
+             in Outcome (Replace (VList l')) (RInt (dequeLength l'))
 
 -- | LPOP / RPOP key [count]
 popCommand :: Bool -> [ByteString] -> Plan
@@ -64,13 +65,16 @@ popOp fromHead count _ _ v = case v of
   Nothing -> Outcome Keep (if count == Nothing then RNil else RNilArray)
   Just (VList l) ->
     let n = fromMaybe 1 count
-        (taken, rest) = if fromHead then Seq.splitAt n l
-                        else let (a, b) = Seq.splitAt (Seq.length l - n) l in (Seq.reverse b, a)
-        update = if Seq.null rest then Delete else Replace (VList rest)
+        -- One element is copied out alone: LMOVE stores it again.
+        taken = case count of
+          Nothing -> maybe [] pure (dequeIndex (if fromHead then 0 else dequeLength l - 1) l)
+          Just _ -> take n (if fromHead then dequeToList l else dequeToListRev l)
+        rest = if fromHead then dropHead n l else dropTail n l
+        update = if dequeNull rest then Delete else Replace (VList rest)
         reply = case count of
-          Nothing -> maybe RNil RBulk (Seq.lookup 0 taken)
-          Just _ -> RArray (map RBulk (toList taken))
-    in Outcome (if Seq.null taken then Keep else update) reply
+          Nothing -> maybe RNil RBulk (listToMaybe taken)
+          Just _ -> RArray (evaluatedBulks taken)
+    in Outcome (if null taken then Keep else update) reply
   Just _ -> Outcome Keep wrongType
 
 -- | LRANGE key start stop, with Redis's index rules (negative counts from
@@ -79,14 +83,11 @@ lrangeOp :: Int -> Int -> KeyOp
 lrangeOp start stop _ _ v = case v of
   Nothing -> Outcome Keep (RArray [])
   Just (VList l) ->
-    let n = Seq.length l
+    let n = dequeLength l
         norm i = if i < 0 then max 0 (n + i) else i
         a = norm start
         b = min (n - 1) (if stop < 0 then n + stop else stop)
-        -- A strict list of evaluated replies: built lazily, each element
-        -- was a thunk that the encoder's passes forced and then re-entered.
-        bulks = foldr' (\x rest -> let !r = RBulk x in r : rest) [] (Seq.take (b - a + 1) (Seq.drop a l))
-    in Outcome Keep (RArray (if a > b then [] else bulks))
+    in Outcome Keep (RArray (dequeRange RBulk a b l))
   Just _ -> Outcome Keep wrongType
 
 -- | LPUSHX / RPUSHX: push only onto an existing list (0 if there is none).
@@ -106,7 +107,7 @@ lindexOp i _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
   Just (VList l) -> case readInteger i of
     Nothing -> notInteger
-    Just n -> maybe RNil RBulk (Seq.lookup (listIndex (Seq.length l) n) l)
+    Just n -> maybe RNil RBulk (dequeIndex (listIndex (dequeLength l) n) l)
   Just _ -> wrongType
 
 -- | LSET key index value (the key and its type checked first, as LINDEX).
@@ -116,9 +117,10 @@ lsetOp i x _ _ v = case v of
   Just (VList l) -> case readInteger i of
     Nothing -> Outcome Keep notInteger
     Just n
-      | j < 0 || j >= Seq.length l -> Outcome Keep (RError "ERR index out of range")
-      | otherwise -> Outcome (Replace (VList (Seq.update j x l))) (RSimple "OK")
-      where j = listIndex (Seq.length l) n
+      | j < 0 || j >= len -> Outcome Keep (RError "ERR index out of range")
+      | otherwise -> Outcome (Replace (VList (insertAt j x (dropHead (j + 1) l) l))) (RSimple "OK")
+      where len = dequeLength l
+            j = listIndex len n
   Just _ -> Outcome Keep wrongType
 
 -- | LTRIM key start stop: keep that range (redis's clamping); a list left
@@ -127,11 +129,11 @@ ltrimOp :: Int -> Int -> KeyOp
 ltrimOp start stop _ _ v = case v of
   Nothing -> Outcome Keep (RSimple "OK")
   Just (VList l) ->
-    let n = Seq.length l
+    let n = dequeLength l
         a = max 0 (listIndex n start)
         b = min (n - 1) (listIndex n stop)
-        kept = if a > b || a >= n then Seq.empty else Seq.take (b - a + 1) (Seq.drop a l)
-    in Outcome (if Seq.null kept then Delete else Replace (VList kept)) (RSimple "OK")
+        kept = if a > b || a >= n then emptyDeque else dropTail (n - 1 - b) (dropHead a l)
+    in Outcome (if dequeNull kept then Delete else Replace (VList kept)) (RSimple "OK")
   Just _ -> Outcome Keep wrongType
 
 -- | LREM key count element: remove up to |count| equal elements from the
@@ -141,14 +143,14 @@ lremOp count x _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
   Just (VList l) ->
     let limit = if count == 0 then maxBound else abs count
-        dropSome xs = go limit xs
-          where go 0 ys = ys
-                go k ys = case Seq.viewl ys of
-                  Seq.EmptyL -> Seq.empty
-                  y Seq.:< rest -> if y == x then go (k - 1) rest else y Seq.<| go k rest
-        l' = if count < 0 then Seq.reverse (dropSome (Seq.reverse l)) else dropSome l
-        removed = Seq.length l - Seq.length l'
-    in Outcome (if removed == 0 then Keep else if Seq.null l' then Delete else Replace (VList l')) (RInt removed)
+        dropSome :: Int -> [ByteString] -> [ByteString]
+        dropSome 0 ys = ys
+        dropSome _ [] = []
+        dropSome k (y : rest) = if y == x then dropSome (k - 1) rest else y : dropSome k rest
+        kept = if count < 0 then reverse (dropSome limit (dequeToListRev l)) else dropSome limit (dequeToList l)
+        l' = dequeFromList kept
+        removed = dequeLength l - dequeLength l'
+    in Outcome (if removed == 0 then Keep else if dequeNull l' then Delete else Replace (VList l')) (RInt removed)
   Just _ -> Outcome Keep wrongType
 
 -- | LINSERT key BEFORE|AFTER pivot element: the new length, -1 without
@@ -163,14 +165,25 @@ linsertCommand _ = Answer syntaxError
 linsertOp :: Int -> ByteString -> ByteString -> KeyOp
 linsertOp after pivot x _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
-  Just (VList l) -> case Seq.elemIndexL pivot l of
+  Just (VList l) -> case elemIndex pivot (dequeToList l) of
     Nothing -> Outcome Keep (RInt (-1))
-    Just i -> let l' = Seq.insertAt (i + after) x l
-              in Outcome (Replace (VList l')) (RInt (Seq.length l'))
+    Just i -> let l' = insertAt (i + after) x (dropHead (i + after) l) l
+              in Outcome (Replace (VList l')) (RInt (dequeLength l'))
   Just _ -> Outcome Keep wrongType
 
 llenOp :: KeyOp
-llenOp = sizeOp (\x -> case x of VList l -> Just (Seq.length l); _ -> Nothing)
+llenOp = sizeOp (\x -> case x of VList l -> Just (dequeLength l); _ -> Nothing)
+
+-- | The list's elements before index i, then x, then the given rest (LSET
+-- passes the elements after i, LINSERT those from i on).
+insertAt :: Int -> ByteString -> Deque -> Deque -> Deque
+insertAt i x rest l = dequeAppend (dropTail (dequeLength l - i) l) (pushHead x rest)
+
+-- | Replies of the elements, each evaluated, so that the encoder's passes
+-- do not each re-enter a thunk.
+evaluatedBulks :: [ByteString] -> [Reply]
+evaluatedBulks [] = []
+evaluatedBulks (x : xs) = let !r = RBulk x; !rest = evaluatedBulks xs in r : rest
 
 -- | LPOS key element [RANK rank] [COUNT num] [MAXLEN len]: the index of
 -- the rank-th match (from the tail for a negative rank), or with COUNT an
@@ -201,14 +214,15 @@ lposOp :: ByteString -> Int -> Maybe Int -> Int -> KeyOp
 lposOp x rank0 count maxlen _ _ v = Outcome Keep $ case v of
   Nothing -> maybe RNil (const (RArray [])) count
   Just (VList l) ->
-    let n = Seq.length l
+    let n = dequeLength l
         fromTail = rank0 < 0
         rank = if fromTail then negate rank0 else rank0
-        positions = zip [0 :: Int ..] (if fromTail then [n - 1, n - 2 .. 0] else [0 .. n - 1])
+        positions = zip [0 :: Int ..] (if fromTail then zip [n - 1, n - 2 .. 0] (dequeToListRev l)
+                                       else zip [0 ..] (dequeToList l))
         walk _ [] = []
-        walk matches ((index, i) : rest)
+        walk matches ((index, (i, y)) : rest)
           | maxlen /= 0 && index >= maxlen = []
-          | Seq.index l i /= x = walk matches rest
+          | y /= x = walk matches rest
           | matches' < rank = walk matches' rest
           | otherwise = case count of
               Just c | c /= 0 && matches' - rank + 1 >= c -> [i]
@@ -255,7 +269,7 @@ lmove src dst fromHead toHead = Steps [(src, listProbe), (dst, listProbe)] decid
 listProbe :: KeyOp
 listProbe _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
-  Just (VList l) -> RInt (Seq.length l)
+  Just (VList l) -> RInt (dequeLength l)
   Just _ -> wrongType
 
 -- | LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pop from the

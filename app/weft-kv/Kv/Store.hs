@@ -42,7 +42,6 @@ import qualified Data.ByteString.Internal as BI
 import Data.IORef
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
-import qualified Data.Sequence as Seq
 import qualified Data.Set as Set
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.System (SystemTime (..), getSystemTime)
@@ -54,6 +53,7 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
+import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Resp (Reply (..))
 
 -- Note [One store per color]
@@ -119,7 +119,7 @@ keyHash (BI.PS fp off len) =
 -- | What a key holds.
 data Value
   = VString !ByteString
-  | VList !(Seq.Seq ByteString)
+  | VList !Deque
   | VSet !(Set.Set ByteString)
   | VHash !(Map.Map ByteString ByteString)
   | VZSet !ZSet
@@ -147,7 +147,7 @@ emptyZSet = ZSet Map.empty Set.empty
 valuePart :: Int -> Value -> Reply
 valuePart deadline v = RArray (RInt deadline : case v of
   VString s -> [RInt 0, RBulk s]
-  VList xs -> RInt 1 : map RBulk (foldr (:) [] xs)
+  VList xs -> RInt 1 : map RBulk (dequeToList xs)
   VSet xs -> RInt 2 : map RBulk (Set.toAscList xs)
   VHash h -> RInt 3 : concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ]
   VZSet (ZSet _ ordered) -> RInt 4 : scoredItems (Set.toAscList ordered))
@@ -156,7 +156,7 @@ valuePart deadline v = RArray (RInt deadline : case v of
 partValue :: Reply -> Maybe (Int, Value)
 partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
   0 | [RBulk s] <- xs -> Just (VString s)
-  1 -> VList . Seq.fromList <$> traverse bulk xs
+  1 -> VList . dequeFromList <$> traverse bulk xs
   2 -> VSet . Set.fromDistinctAscList <$> traverse bulk xs
   3 -> VHash . Map.fromDistinctAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
   4 -> (\ps -> VZSet (ZSet (Map.fromList [ (m, sc) | (sc, m) <- ps ]) (Set.fromDistinctAscList ps))) <$> itemsScored xs
