@@ -665,7 +665,7 @@ serverSpec = do
       ++ [ ["DEL", "f:n"], ["INCRBYFLOAT", "f:n", "2.5"], ["HINCRBYFLOAT", "f:m", "g", "-3"], ["HGETALL", "f:m"]
          , ["RPUSH", "f:l", "x"], ["INCRBYFLOAT", "f:l", "1"], ["HINCRBYFLOAT", "f:l", "g", "1"], ["HINCRBYFLOAT", "f:l", "g", "x"]
          , ["SET", "f:t", "1", "EX", "5000"], ["INCRBYFLOAT", "f:t", "1"], ["TTL", "f:t"] ]
- it "answers GETRANGE, SETRANGE, GETBIT and SETBIT exactly as redis-server does" $
+ it "answers GETRANGE, SETRANGE, GETBIT, SETBIT and APPEND at the size limit exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why
     Right redis -> withKv 65536 $ \kv -> differential kv redis
@@ -679,7 +679,9 @@ serverSpec = do
       , ["SETBIT", "b:bits", "-1", "1"], ["SETBIT", "b:bits", "4294967296", "1"], ["SETBIT", "b:bits", "0", "2"], ["SETBIT", "b:bits", "0", "x"]
       , ["GETBIT", "b:bits", "x"], ["GETBIT", "b:i", "2"], ["SETBIT", "b:i", "0", "1"], ["GET", "b:i"]
       , ["RPUSH", "b:l", "x"], ["SETRANGE", "b:l", "0", "x"], ["SETRANGE", "b:l", "0", ""], ["GETBIT", "b:l", "0"], ["SETBIT", "b:l", "0", "1"]
-      , ["GETRANGE", "b:a", "-3", "-1"], ["GETRANGE", "b:a", "5", "2"], ["GETRANGE", "b:none2", "0", "-1"] ]
+      , ["GETRANGE", "b:a", "-3", "-1"], ["GETRANGE", "b:a", "5", "2"], ["GETRANGE", "b:none2", "0", "-1"]
+        -- A string of exactly 512 MiB takes no more.
+      , ["SETRANGE", "b:big", "536870911", "x"], ["APPEND", "b:big", "yz"], ["APPEND", "b:big", ""], ["STRLEN", "b:big"], ["DEL", "b:big"] ]
  it "answers SRANDMEMBER, ZRANDMEMBER and HRANDFIELD where their answer is not random exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

@@ -3,9 +3,10 @@
 -- "Kv.Plan" checks the arity before a plan runs, so those patterns are
 -- complete in use though not in type.
 {-# OPTIONS_GHC -Wno-incomplete-uni-patterns #-}
--- | weft-kv's commands on a string's bytes and bits by position:
--- GETRANGE, SETRANGE, GETBIT and SETBIT. Values are immutable, so a write
--- copies the string: each SETRANGE or SETBIT costs the string's length.
+-- | weft-kv's commands that grow a string or reach into it by position:
+-- APPEND, GETRANGE, SETRANGE, GETBIT and SETBIT, under redis's limit on a
+-- string's size. Values are immutable, so a write copies the string: each
+-- APPEND, SETRANGE or SETBIT costs the string's length.
 module Kv.Bytes
   ( byteCommands
   ) where
@@ -28,12 +29,13 @@ import Kv.Store
 byteCommands :: [Command]
 byteCommands =
   [ ("GETRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . getrangeOp i))))
+  , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
   , ("SETRANGE", (Exactly 3, \[k, off, x] -> withInt off (setrangeCommand k (B.copy x))))
   , ("GETBIT", (Exactly 2, \[k, off] -> withBitOffset off (OnKey k . getbitOp)))
   , ("SETBIT", (Exactly 3, setbitCommand))
   ]
 
--- | The longest string SETRANGE and SETBIT make: redis's
+-- | The longest string APPEND, SETRANGE and SETBIT make: redis's
 -- @proto-max-bulk-len@ default, 512 MiB.
 maxStringBytes :: Int
 maxStringBytes = 512 * 1024 * 1024
@@ -54,6 +56,22 @@ getrangeOp start end _ _ v = case v of
             in if n == 0 || a > b then B.empty else B.take (b - a + 1) (B.drop a s)
   Just _ -> Outcome Keep wrongType
 
+-- | APPEND: the string's new length; a missing key is an empty string. A
+-- result over 'maxStringBytes' is an error, and the string stays.
+appendOp :: ByteString -> KeyOp
+appendOp more _ _ v = case v of
+  Nothing -> grown B.empty
+  Just (VString s) -> grown s
+  Just _ -> Outcome Keep wrongType
+  where
+    grown s
+      | B.length s > maxStringBytes - B.length more = Outcome Keep exceedsMaximum
+      | otherwise = let s' = s <> more in Outcome (Replace (VString s')) (RInt (B.length s'))
+
+-- | redis's error for a string that would pass 'maxStringBytes'.
+exceedsMaximum :: Reply
+exceedsMaximum = RError "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+
 -- | SETRANGE key offset value: overwrite from the offset, padding with
 -- zero bytes; the new length. As redis decides: a negative offset is an
 -- error; an empty value changes nothing (0 for a missing key, which is
@@ -66,14 +84,13 @@ setrangeCommand k x off
     tooLong = off > maxStringBytes - B.length x
     op _ _ v = case v of
       Nothing | B.null x -> Outcome Keep (RInt 0)
-              | tooLong -> Outcome Keep exceeds
+              | tooLong -> Outcome Keep exceedsMaximum
               | otherwise -> write B.empty
       Just (VString s) | B.null x -> Outcome Keep (RInt (B.length s))
-                       | tooLong -> Outcome Keep exceeds
+                       | tooLong -> Outcome Keep exceedsMaximum
                        | otherwise -> write s
       Just _ -> Outcome Keep wrongType
     write s = let s' = overwrite s off x in Outcome (Replace (VString s')) (RInt (B.length s'))
-    exceeds = RError "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 
 -- | The string with @x@ written from @off@, zero-padded as needed.
 overwrite :: ByteString -> Int -> ByteString -> ByteString

@@ -269,7 +269,6 @@ stringCommands =
   , ("GETDEL", (Exactly 1, \[k] -> OnKey k getdelOp))
   , ("GETEX", (AtLeast 1, getexCommand))
   , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
-  , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
   , ("INCRBYFLOAT", (Exactly 2, \[k, n] -> OnKey k (incrbyfloatOp (B.copy n))))
   , ("STRLEN", (Exactly 1, \[k] -> OnKey k strlenOp))
   , ("INCR", (Exactly 1, \[k] -> OnKey k (incrOp 1)))
@@ -356,14 +355,6 @@ getsetOp new _ _ v = case v of
   Nothing -> Outcome (Fresh (VString new)) RNil
   Just (VString old) -> Outcome (Fresh (VString new)) (RBulk old)
   Just _ -> Outcome Keep wrongType
-
--- | APPEND: the string's new length; a missing key is an empty string.
-appendOp :: ByteString -> KeyOp
-appendOp more _ _ v = case v of
-  Nothing -> grown B.empty
-  Just (VString s) -> grown s
-  Just _ -> Outcome Keep wrongType
-  where grown s = let s' = s <> more in Outcome (Replace (VString s')) (RInt (B.length s'))
 
 strlenOp :: KeyOp
 strlenOp _ _ v = Outcome Keep $ case v of

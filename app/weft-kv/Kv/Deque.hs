@@ -153,13 +153,21 @@ dequeIndex i (Deque n hc h cs tc t)
   | i < 0 || i >= n = Nothing
   | i < hc = Just (h !! i)
   | i >= n - tc = Just (t !! (n - 1 - i))
-  | otherwise = go (i - hc) cs
+  | i - hc <= packed `div` 2 = fromHead (i - hc) cs
+  | otherwise = fromTail (n - tc - 1 - i) cs
   where
-    go !j s = case Seq.viewl s of
+    packed = n - hc - tc
+    -- From the nearer end: a pop at either end reads one chunk.
+    fromHead !j s = case Seq.viewl s of
       EmptyL -> Nothing
       c@(Chunk _ _ lo _) :< rest
         | j < chunkSize c -> Just (chunkItem c (lo + j))
-        | otherwise -> go (j - chunkSize c) rest
+        | otherwise -> fromHead (j - chunkSize c) rest
+    fromTail !j s = case Seq.viewr s of
+      EmptyR -> Nothing
+      rest :> c@(Chunk _ _ _ hi)
+        | j < chunkSize c -> Just (chunkItem c (hi - 1 - j))
+        | otherwise -> fromTail (j - chunkSize c) rest
 
 -- | The elements at indices from a to b (both included, 0 based, within
 -- the list), in order, each passed through the function and evaluated:
