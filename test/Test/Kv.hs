@@ -101,6 +101,11 @@ dequeSpec = describe "list values (Kv.Deque)" $ do
 ------------------------------------------------------------------------------
 -- The decoder
 
+-- | Integers around each power of ten, and the ends of 'Int'.
+edges :: [Int]
+edges = [minBound, maxBound, minBound + 1, maxBound - 1]
+  ++ concat [ [p - 1, p, p + 1, negate p, 1 - p] | k <- [0 .. 18 :: Int], let p = 10 ^ k ]
+
 newtype Bytes = Bytes ByteString deriving Show
 instance Arbitrary Bytes where
   arbitrary = Bytes . B.pack <$> frequency
@@ -166,6 +171,10 @@ decoderSpec = describe "RESP decoder" $ do
       let input = B.concat (map wire sent)
           pieces = chunk (map ((`mod` (small + 1)) . getPositive) sizes) input
       in feedAll defaultLimits pieces === (map argsOf sent, Nothing)
+
+  prop "writes integers as show does, at every digit count and both ends" $
+    forAll (oneof [arbitrary, arbitrarySizedBoundedIntegral, elements edges]) $ \n ->
+      (showInt n, encodeReply (RInt n)) === (C.pack (show n), C.pack (':' : show n ++ "\r\n"))
 
   prop "encoded replies decode back, whole and followed by more" $ \(AnyReply r) ->
     decodeReply (encodeReply r <> "+next\r\n") === Right (Just (r, "+next\r\n"))

@@ -1,4 +1,4 @@
-{-# LANGUAGE BangPatterns, OverloadedStrings #-}
+{-# LANGUAGE BangPatterns, MagicHash, OverloadedStrings #-}
 -- | RESP2, the Redis wire protocol, as weft-kv speaks it: an incremental
 -- request decoder and a reply encoder, both pure.
 --
@@ -48,8 +48,9 @@ import Weft.Net (byteAt)
 import Data.Word (Word8, Word64)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Marshal.Utils (copyBytes)
-import Foreign.Ptr (Ptr, plusPtr)
-import Foreign.Storable (poke)
+import Foreign.Ptr (plusPtr)
+import GHC.Ptr (Ptr (..))
+import Foreign.Storable (peekByteOff, poke, pokeByteOff)
 
 ------------------------------------------------------------------------------
 -- Limits
@@ -432,9 +433,15 @@ sharedBulkBytes = 16384
 decimalLength :: Int -> Int
 decimalLength n = (if n < 0 then 1 else 0) + digitCount (magnitude n)
 
+-- | How many decimal digits the number has: by comparison with powers of
+-- ten, since a division per digit is what an integer reply used to cost
+-- most.
 digitCount :: Word64 -> Int
-digitCount = go 1
-  where go !k m = if m < 10 then k else go (k + 1) (m `quot` 10)
+digitCount m = go 1 10
+  where
+    go !k !p
+      | m < p || k == 20 = k
+      | otherwise = go (k + 1) (p * 10)
 
 -- | The absolute value, which for 'minBound' (-2^63) only a 'Word64' holds.
 magnitude :: Int -> Word64
@@ -463,11 +470,24 @@ decimal p0 n = do
   p <- if n < 0 then poke p0 45 >> return (p0 `plusPtr` 1) else return p0
   let m0 = magnitude n
       len = digitCount m0
-      go !i m = do
-        poke (p `plusPtr` i) (fromIntegral (48 + m `rem` 10) :: Word8)
-        if i == 0 then return () else go (i - 1) (m `quot` 10)
+      -- Two digits per division, from the last one back.
+      go !i m
+        | m >= 100 = do
+            let (q, r) = m `quotRem` 100
+            pair (i - 1) r
+            go (i - 2) q
+        | m >= 10 = pair (i - 1) m
+        | otherwise = poke (p `plusPtr` i) (fromIntegral (48 + m) :: Word8)
+      pair i d = do
+        let at = 2 * fromIntegral d
+        peekByteOff digitPairs at >>= pokeByteOff p i . (id :: Word8 -> Word8)
+        peekByteOff digitPairs (at + 1) >>= pokeByteOff p (i + 1) . (id :: Word8 -> Word8)
   go (len - 1) m0
   return (p `plusPtr` len)
+
+-- | "00", "01", ... "99", back to back.
+digitPairs :: Ptr Word8
+digitPairs = Ptr "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899"#
 
 -- | Decode one reply from the front of the input: 'Right Nothing' if it is
 -- incomplete, else the reply and the rest. For clients (the tests and the
