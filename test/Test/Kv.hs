@@ -16,6 +16,7 @@ import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import Data.Char (toUpper)
 import Data.List (sort, sortOn)
+import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
@@ -26,6 +27,7 @@ import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck hiding (within)
 
 import Kv.Deque
+import Kv.Keys
 import Kv.Resp
 import Kv.Server
 import Support (within)
@@ -36,6 +38,7 @@ spec :: Spec
 spec = describe "weft-kv" $ do
   decoderSpec
   dequeSpec
+  keysSpec
   serverSpec
 
 ------------------------------------------------------------------------------
@@ -76,6 +79,33 @@ applyDequeOp (d, m) op = case op of
         other = if packed then dequeFromList xs
                 else foldl (flip pushTail) (foldl (flip pushHead) emptyDeque (reverse front)) back
     in (dequeAppend d other, m ++ xs)
+
+-- | An operation on a color's keys: insert or delete a key (of few
+-- letters, so that they repeat).
+data KeysOp = KeysInsert ByteString Int | KeysDelete ByteString
+  deriving Show
+
+instance Arbitrary KeysOp where
+  arbitrary = frequency
+    [ (3, KeysInsert <$> keyName <*> arbitrary), (1, KeysDelete <$> keyName) ]
+    where keyName = C.pack <$> resize 4 (listOf (elements "abc"))
+
+keysSpec :: Spec
+keysSpec = describe "a color's keys (Kv.Keys)" $
+  modifyMaxSuccess (const 200) $ prop "agree with Data.Map, with hashes that collide or not" $
+    \(collide :: Bool) ops ->
+      -- Colliding: keys of one length share a hash.
+      let hashOf k = if collide then B.length k `mod` 3 else B.foldl' (\h c -> h * 31 + fromIntegral c) 7 k
+          step (ks, m) op = case op of
+            KeysInsert k v -> (keysInsert (hashOf k) k v ks, Map.insert k v m)
+            KeysDelete k -> (keysDelete (hashOf k) k ks, Map.delete k m)
+          agrees (ks, m) =
+            sortOn fst (keysToList ks) === Map.toList m
+            .&&. keysNull ks === Map.null m
+            .&&. keysFold (\n _ v -> n + v) 0 ks === sum (Map.elems m)
+            .&&. conjoin [ keysLookup (hashOf k) k ks === Map.lookup k m
+                         | k <- map C.pack ["", "a", "b", "ab", "ba", "abc", "cab", "aaaa"] ]
+      in conjoin (map agrees (scanl step (emptyKeys, Map.empty) ops))
 
 dequeSpec :: Spec
 dequeSpec = describe "list values (Kv.Deque)" $ do

@@ -54,6 +54,7 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Deque (Deque, dequeFromList, dequeToList)
+import Kv.Keys
 import Kv.Resp (Reply (..))
 
 -- Note [One store per color]
@@ -64,10 +65,10 @@ import Kv.Resp (Reply (..))
 -- never runs two events of one color at once, so the map of a color,
 -- 'Store' entry number 'keyColor', is only ever read and written by one
 -- event at a time, and in the order the events were posted: plain
--- 'IORef's suffice, with no lock, no atomic operation and no retry. The
--- maps are small (a key set spread over all of them), so a 'Map.Map'
--- with its O(log n) compares costs little; unrelated keys in different
--- colors run in parallel on different cores. The number of key colors
+-- 'IORef's suffice, with no lock, no atomic operation and no retry. A
+-- color's map finds a key by the same hash its color is cut from (Note
+-- [Keys by hash] in "Kv.Keys"); unrelated keys in different colors run
+-- in parallel on different cores. The number of key colors
 -- trades that grain against batching: a pipeline's commands on one color
 -- run as one event (Note [Batches per color] in "Kv.Batch"), so with
 -- fewer colors a pipeline of unrelated keys costs fewer events, and each
@@ -84,8 +85,10 @@ keyColor :: Store -> ByteString -> Int
 keyColor (Store _ mask) key = keyHash key .&. mask
 {-# INLINE keyColor #-}
 
--- | The color of a key: a 64-bit FNV-style hash of its bytes, taken eight
--- at a time (then the tail byte by byte), mixed and cut to 16 bits. Word-wise,
+-- | The hash of a key: a 64-bit FNV-style hash of its bytes, taken eight
+-- at a time (then the tail byte by byte), mixed. Its low 16 bits are the
+-- key's color in a store of 'colorCount' colors; the whole finds the key
+-- in its color's map ("Kv.Keys"). Word-wise,
 -- because a key's color is computed for every command on it: byte-wise
 -- FNV-1a was a tenth of weft-kv's instructions under MSET (callgrind).
 keyHash :: ByteString -> Int
@@ -111,7 +114,7 @@ keyHash (BI.PS fp off len) =
     -- 62,389 colors, as many as uniform random colors would.
     let f1 = (h `xor` (h `shiftR` 33)) * 0xff51afd7ed558ccd
         f2 = (f1 `xor` (f1 `shiftR` 33)) * 0xc4ceb9fe1a85ec53
-    return (fromIntegral ((f2 `xor` (f2 `shiftR` 33)) .&. 0xffff))
+    return (fromIntegral (f2 `xor` (f2 `shiftR` 33)))
 
 ------------------------------------------------------------------------------
 -- Values
@@ -250,12 +253,12 @@ data Survey
 
 -- | The keys, one map per key color, and the mask that folds a key's
 -- hash to its color.
-data Store = Store !(Array (IORef (Map.Map ByteString Entry))) !Int
+data Store = Store !(Array (IORef (Keys Entry))) !Int
 
 -- | An empty store whose keys spread over the given number of colors: a
 -- power of two from 1 to 'colorCount' (checked by 'validKeyColors').
 newStore :: Int -> IO Store
-newStore n = (\maps -> Store maps (n - 1)) . arrayFromListN n <$> mapM (const (newIORef Map.empty)) [1 .. n]
+newStore n = (\maps -> Store maps (n - 1)) . arrayFromListN n <$> mapM (const (newIORef emptyKeys)) [1 .. n]
 
 -- | Can a store spread its keys over this many colors?
 validKeyColors :: Int -> Bool
@@ -270,28 +273,26 @@ validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 -- so that a caller passes one function for every key, not a closure per
 -- operation.)
 runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
-runKeyOp store@(Store maps _) arm clocks key op = do
-  let ref = indexArray maps (keyColor store key)
+runKeyOp (Store maps mask) arm clocks key op = do
+  let !h = keyHash key
+      ref = indexArray maps (h .&. mask)
   m <- readIORef ref
   -- A key already past its deadline is gone, whatever its timer says.
   -- (Strict, so that no tuple or selector thunks are built per command.)
-  let !(Found m0 live expiry deadlineOf) = case Map.lookup key m of
+  let !(Found m0 expired live expiry deadlineOf) = case keysLookup h key m of
         Just (Entry v e@(ExpiresAt deadline _))
-          | now >= deadline -> Found (Map.delete key m) Nothing Persistent 0
-          | otherwise -> Found m (Just v) e deadline
-        Just (Entry v Persistent) -> Found m (Just v) Persistent 0
-        Nothing -> Found m Nothing Persistent 0
+          | now >= deadline -> Found (keysDelete h key m) True Nothing Persistent 0
+          | otherwise -> Found m False (Just v) e deadline
+        Just (Entry v Persistent) -> Found m False (Just v) Persistent 0
+        Nothing -> Found m False Nothing Persistent 0
       !(Outcome update reply) = op clocks deadlineOf live
-      -- 'Map.adjust' keeps the stored key of an existing entry; a new key
-      -- is copied, so as not to hold on to the request buffer it was
-      -- sliced from.
-      put e = writeIORef ref (putEntry live key e m0)
-      expiring v deadline = expireLater ref arm now live key m0 v deadline
+      put e = writeIORef ref (putEntry h live key e m0)
+      expiring v deadline = expireLater ref arm now h live key m0 v deadline
   case update of
-    Keep -> when (Map.size m0 /= Map.size m) (writeIORef ref m0)
+    Keep -> when expired (writeIORef ref m0)
     Delete -> do
       cancel expiry
-      writeIORef ref (Map.delete key m0)
+      writeIORef ref (keysDelete h key m0)
     Replace v -> put (Entry v expiry)
     Fresh v -> do
       cancel expiry
@@ -307,23 +308,23 @@ runKeyOp store@(Store maps _) arm clocks key op = do
     now = nowMono clocks
 
 -- | Store an entry: under the key already stored if the key exists
--- ('Map.adjust' keeps it), else under a copy, so as not to hold on to the
+-- ('keysInsert' keeps it), else under a copy, so as not to hold on to the
 -- request buffer the key was sliced from.
-putEntry :: Maybe Value -> ByteString -> Entry -> Map.Map ByteString Entry -> Map.Map ByteString Entry
-putEntry (Just _) key e m = Map.adjust (const e) key m
-putEntry Nothing key e m = Map.insert (B.copy key) e m
+putEntry :: Int -> Maybe Value -> ByteString -> Entry -> Keys Entry -> Keys Entry
+putEntry h (Just _) key e m = keysInsert h key e m
+putEntry h Nothing key e m = keysInsert h (B.copy key) e m
 {-# INLINE putEntry #-}
 
 -- | Store a value that expires at the deadline, with its timer; or delete
 -- the key if the deadline has passed. Top level, so that 'runKeyOp' does
 -- not allocate it as a closure for every operation.
-expireLater :: IORef (Map.Map ByteString Entry) -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Maybe Value
-            -> ByteString -> Map.Map ByteString Entry -> Value -> Int -> IO ()
-expireLater ref arm now live key m v deadline
-  | deadline <= now = writeIORef ref (Map.delete key m)
+expireLater :: IORef (Keys Entry) -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Int -> Maybe Value
+            -> ByteString -> Keys Entry -> Value -> Int -> IO ()
+expireLater ref arm now h live key m v deadline
+  | deadline <= now = writeIORef ref (keysDelete h key m)
   | otherwise = do
       timer <- arm key deadline (timerDelay now deadline)
-      writeIORef ref (putEntry live key (Entry v (ExpiresAt deadline timer)) m)
+      writeIORef ref (putEntry h live key (Entry v (ExpiresAt deadline timer)) m)
 {-# NOINLINE expireLater #-}
 
 cancel :: Expiry -> IO ()
@@ -343,9 +344,9 @@ timerHorizon = 2 ^ (30 :: Int)
 timerDelay :: Int -> Int -> Int
 timerDelay now deadline = min timerHorizon (deadline - now) * 1000
 
--- | What 'runKeyOp' found: the map without the key if it had expired, the
--- live value, its expiry and deadline (0 if none).
-data Found = Found !(Map.Map ByteString Entry) !(Maybe Value) !Expiry !Int
+-- | What 'runKeyOp' found: the map without the key if it had expired,
+-- whether it had, the live value, its expiry and deadline (0 if none).
+data Found = Found !(Keys Entry) !Bool !(Maybe Value) !Expiry !Int
 
 -- | A key's expiry timer for this deadline fired: delete the key if the
 -- deadline has come, or arm the next timer if it is beyond the one this
@@ -353,17 +354,18 @@ data Found = Found !(Map.Map ByteString Entry) !(Maybe Value) !Expiry !Int
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
 expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
-expireDue store@(Store maps _) arm key armedFor = do
-  let ref = indexArray maps (keyColor store key)
+expireDue (Store maps mask) arm key armedFor = do
+  let !h = keyHash key
+      ref = indexArray maps (h .&. mask)
   m <- readIORef ref
-  case Map.lookup key m of
+  case keysLookup h key m of
     Just (Entry v (ExpiresAt deadline _)) | deadline == armedFor -> do
       now <- nowMono <$> readNow
       if now >= deadline
-        then writeIORef ref (Map.delete key m)
+        then writeIORef ref (keysDelete h key m)
         else do
           next <- arm key deadline (timerDelay now deadline)
-          writeIORef ref (Map.insert key (Entry v (ExpiresAt deadline next)) m)
+          writeIORef ref (keysInsert h key (Entry v (ExpiresAt deadline next)) m)
     _ -> return ()
 
 -- | Read every color's keys, at the given time. Unlike everything else
@@ -374,8 +376,8 @@ expireDue store@(Store maps _) arm key armedFor = do
 -- per key (Note [Store-wide commands] in "Kv.Server").
 survey :: Store -> Now -> Survey -> IO Reply
 survey store clocks op = case op of
-  CountKeys -> RInt <$> foldColors store (\n _ m -> n + Map.size (Map.filter live m)) 0
-  MatchKeys wanted -> RArray <$> foldColors store (\acc _ m -> [ RBulk k | (k, e) <- Map.toList m, live e, wanted k ] ++ acc) []
+  CountKeys -> RInt <$> foldColors store (\n _ m -> keysFold (\c _ e -> if live e then c + 1 else c) n m) 0
+  MatchKeys wanted -> RArray <$> foldColors store (\acc _ m -> [ RBulk k | (k, e) <- keysToList m, live e, wanted k ] ++ acc) []
   where
     live (Entry _ (ExpiresAt deadline _)) = deadline > nowMono clocks
     live _ = True
@@ -383,10 +385,10 @@ survey store clocks op = case op of
 -- | The colors whose maps hold keys (live or expired), read as 'survey'
 -- reads them, in descending order.
 occupiedColors :: Store -> IO [Int]
-occupiedColors store = foldColors store (\acc i m -> if Map.null m then acc else i : acc) []
+occupiedColors store = foldColors store (\acc i m -> if keysNull m then acc else i : acc) []
 
 -- | Fold over every color's map, from any thread (see 'survey').
-foldColors :: Store -> (a -> Int -> Map.Map ByteString Entry -> a) -> a -> IO a
+foldColors :: Store -> (a -> Int -> Keys Entry -> a) -> a -> IO a
 foldColors (Store maps _) f = go 0
   where
     go !i !z
@@ -399,5 +401,5 @@ flushColor :: Store -> Int -> IO ()
 flushColor (Store maps _) color = do
   let ref = indexArray maps color
   m <- readIORef ref
-  forM_ m (\(Entry _ e) -> cancel e)
-  writeIORef ref Map.empty
+  forM_ (keysToList m) (\(_, Entry _ e) -> cancel e)
+  writeIORef ref emptyKeys
