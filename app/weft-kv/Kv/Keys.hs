@@ -13,58 +13,125 @@ module Kv.Keys
   , keysFold
   ) where
 
+import Data.Bits (bit, clearBit, popCount, rotateR, setBit, testBit, unsafeShiftR, (.&.), (.|.))
 import Data.ByteString (ByteString)
-import qualified Data.IntMap.Strict as IntMap
+import Data.Primitive.SmallArray
 
 -- Note [Keys by hash]
 -- ~~~~~~~~~~~~~~~~~~~
 -- A store with many keys spends its lookups in the map of a color. As a
 -- 'Data.Map.Map' of strings, every lookup compared the key with each of
 -- the ~log2 n keys on its path (a call to memcmp per level, on keys that
--- often share a long prefix), and a write walked the path again. Here a
--- key is found by its 64-bit hash (the one its color is cut from) in a
--- Patricia tree: each level tests one bit of a word, and the key's bytes
--- are compared once, with the entry found. Keys whose hashes are equal
--- share a bucket and are compared in turn. The map stays persistent, as
--- the 'Data.Map.Map' was: a store-wide command reads every color's map
--- from another thread (Note [One store per color] in "Kv.Store").
+-- often share a long prefix), and a write walked the path again, one
+-- cache miss per level. Here a key is found by its 64-bit hash (the one
+-- its color is cut from) in a hash array mapped trie: each level takes
+-- 'levelBits' bits of the hash and indexes a compact array of the
+-- children present (a bit map says which), so a million keys are about
+-- four levels deep, and the key's bytes are compared once, with the entry
+-- found. The trie consumes the hash from bit 16 up and its low 16 bits
+-- last, because the keys of one color share their low bits (the color).
+-- Keys whose whole hashes are equal share a bucket and are compared in
+-- turn.
+--
+-- The trie is persistent, as the 'Data.Map.Map' was: a store-wide command
+-- reads every color's map from another thread (Note [One store per color]
+-- in "Kv.Store"). It is kept canonical: no branch is empty, and a branch
+-- whose only child is a leaf is that leaf. Every child is evaluated
+-- before it is written into its branch's array (arrays are lazy in their
+-- elements): a write left as a thunk would be a chain of pending inserts
+-- for the next lookup to run and the collector to copy.
 --
 -- Every function takes the key's hash from the caller, which must give
 -- the same hash for the same key every time.
 
 -- | Keys and their entries, by hash.
-newtype Keys a = Keys (IntMap.IntMap (Bucket a))
+newtype Keys a = Keys (Node a)
+
+data Node a
+  = Empty
+  | Leaf {-# UNPACK #-} !Int !(Bucket a)
+    -- ^ the hash (rotated: 'trieHash') and its keys
+  | Branch {-# UNPACK #-} !Word !(SmallArray (Node a))
+    -- ^ which children are present, and those, in order
 
 -- | The keys of one hash: one, or several distinct ones (at least two).
 data Bucket a
   = One !ByteString !a
   | Several ![(ByteString, a)]
 
+-- | Bits of the hash per level: 32 children per branch at most.
+levelBits :: Int
+levelBits = 5
+
 emptyKeys :: Keys a
-emptyKeys = Keys IntMap.empty
+emptyKeys = Keys Empty
 
 keysNull :: Keys a -> Bool
-keysNull (Keys m) = IntMap.null m
+keysNull (Keys Empty) = True
+keysNull _ = False
+
+-- | The hash as the trie reads it, 'levelBits' bits per level from the low
+-- end: the key's hash with its low 16 bits (the color) moved to the top.
+trieHash :: Int -> Int
+trieHash h = fromIntegral ((fromIntegral h :: Word) `rotateR` 16)
+{-# INLINE trieHash #-}
+
+-- | The child index at a level (the hash shifted by 'levelBits' per level).
+childAt :: Int -> Int -> Int
+childAt th shift = fromIntegral (((fromIntegral th :: Word) `unsafeShiftR` shift) .&. (bit levelBits - 1))
+{-# INLINE childAt #-}
+
+-- | Where a present child sits in the branch's array.
+slotOf :: Word -> Int -> Int
+slotOf present i = popCount (present .&. (bit i - 1))
+{-# INLINE slotOf #-}
 
 -- | The entry of a key, given its hash.
 keysLookup :: Int -> ByteString -> Keys a -> Maybe a
-keysLookup h key (Keys m) = case IntMap.lookup h m of
-  Nothing -> Nothing
-  Just (One k v) -> if k == key then Just v else Nothing
-  Just (Several kvs) -> lookup key kvs
-{-# INLINE keysLookup #-}
+keysLookup h key (Keys root) = go root 0
+  where
+    !th = trieHash h
+    go Empty !_ = Nothing
+    go (Leaf th' b) _
+      | th' == th = case b of
+          One k v -> if k == key then Just v else Nothing
+          Several kvs -> lookup key kvs
+      | otherwise = Nothing
+    go (Branch present children) shift
+      | testBit present i = go (indexSmallArray children (slotOf present i)) (shift + levelBits)
+      | otherwise = Nothing
+      where i = childAt th shift
 
 -- | Store an entry under a key, given its hash. A key already present
 -- keeps the string it is stored under (so a caller can pass a slice of a
 -- request for an existing key, and a copy only for a new one).
 keysInsert :: Int -> ByteString -> a -> Keys a -> Keys a
-keysInsert h key !v (Keys m) = Keys (IntMap.alter put h m)
+keysInsert h key !v (Keys root) = Keys (go root 0)
   where
-    put Nothing = Just (One key v)
-    put (Just (One k old))
-      | k == key = Just (One k v)
-      | otherwise = Just (Several [(key, v), (k, old)])
-    put (Just (Several kvs)) = Just (Several (replace kvs))
+    !th = trieHash h
+    go Empty !_ = Leaf th (One key v)
+    go node@(Leaf th' b) shift
+      | th' == th = Leaf th (put b)
+      | otherwise = pair shift node th' (Leaf th (One key v))
+    go (Branch present children) shift
+      | testBit present i = let !child = go (indexSmallArray children slot) (shift + levelBits)
+                            in Branch present (updated children slot child)
+      | otherwise = let !leaf = Leaf th (One key v) in Branch (setBit present i) (inserted children slot leaf)
+      where
+        i = childAt th shift
+        slot = slotOf present i
+    -- Two leaves of different hashes, as the subtree at this level.
+    pair shift old thOld new
+      | iOld == iNew = let !below = pair (shift + levelBits) old thOld new in Branch (bit iOld) (singletonSmallArray below)
+      | iOld < iNew = Branch (bit iOld .|. bit iNew) (twoSmallArray old new)
+      | otherwise = Branch (bit iOld .|. bit iNew) (twoSmallArray new old)
+      where
+        iOld = childAt thOld shift
+        iNew = childAt th shift
+    put (One k old)
+      | k == key = One k v
+      | otherwise = Several [(key, v), (k, old)]
+    put (Several kvs) = Several (replace kvs)
     replace [] = [(key, v)]
     replace (kv@(k, _) : rest)
       | k == key = (k, v) : rest
@@ -72,12 +139,31 @@ keysInsert h key !v (Keys m) = Keys (IntMap.alter put h m)
 
 -- | Without the key, given its hash.
 keysDelete :: Int -> ByteString -> Keys a -> Keys a
-keysDelete h key (Keys m) = Keys (IntMap.update without h m)
+keysDelete h key (Keys root) = Keys (go root 0)
   where
-    without b@(One k _) = if k == key then Nothing else Just b
-    without (Several kvs) = case filter ((/= key) . fst) kvs of
-      [(k, v)] -> Just (One k v)
-      rest -> Just (Several rest)
+    !th = trieHash h
+    go Empty !_ = Empty
+    go node@(Leaf th' b) _
+      | th' /= th = node
+      | otherwise = case b of
+          One k _ -> if k == key then Empty else node
+          Several kvs -> case filter ((/= key) . fst) kvs of
+            [(k, x)] -> Leaf th (One k x)
+            rest -> Leaf th (Several rest)
+    go node@(Branch present children) shift
+      | not (testBit present i) = node
+      | otherwise = case go child (shift + levelBits) of
+          Empty
+            | present' == 0 -> Empty
+            | popCount present' == 1, only@(Leaf _ _) <- indexSmallArray children (1 - slot) -> only
+            | otherwise -> Branch present' (removed children slot)
+          child'@(Leaf _ _) | popCount present == 1 -> child'
+          child' -> Branch present (updated children slot child')
+      where
+        i = childAt th shift
+        slot = slotOf present i
+        child = indexSmallArray children slot
+        present' = clearBit present i
 
 -- | Every key and its entry, in no particular order.
 keysToList :: Keys a -> [(ByteString, a)]
@@ -86,7 +172,46 @@ keysToList = keysFold (\acc k v -> (k, v) : acc) []
 -- | A strict left fold over every key and its entry, in no particular
 -- order.
 keysFold :: (b -> ByteString -> a -> b) -> b -> Keys a -> b
-keysFold f z (Keys m) = IntMap.foldl' bucket z m
+keysFold f z0 (Keys root) = go z0 root
   where
-    bucket !acc (One k v) = f acc k v
-    bucket acc (Several kvs) = foldl (\a (k, v) -> f a k v) acc kvs
+    go !z Empty = z
+    go z (Leaf _ (One k v)) = f z k v
+    go z (Leaf _ (Several kvs)) = foldl (\a (k, v) -> f a k v) z kvs
+    go z (Branch _ children) = foldl go z children
+
+------------------------------------------------------------------------------
+-- Small arrays, copied on write
+
+-- | The array with one slot replaced.
+updated :: SmallArray b -> Int -> b -> SmallArray b
+updated arr slot x = runSmallArray $ do
+  m <- thawSmallArray arr 0 (sizeofSmallArray arr)
+  writeSmallArray m slot x
+  return m
+
+-- | The array with an element inserted before a slot.
+inserted :: SmallArray b -> Int -> b -> SmallArray b
+inserted arr slot x = runSmallArray $ do
+  let n = sizeofSmallArray arr
+  m <- newSmallArray (n + 1) x
+  copySmallArray m 0 arr 0 slot
+  copySmallArray m (slot + 1) arr slot (n - slot)
+  return m
+
+-- | The array without a slot.
+removed :: SmallArray b -> Int -> SmallArray b
+removed arr slot = runSmallArray $ do
+  let n = sizeofSmallArray arr
+  m <- newSmallArray (n - 1) (indexSmallArray arr 0)
+  copySmallArray m 0 arr 0 slot
+  copySmallArray m slot arr (slot + 1) (n - 1 - slot)
+  return m
+
+singletonSmallArray :: b -> SmallArray b
+singletonSmallArray x = runSmallArray (newSmallArray 1 x)
+
+twoSmallArray :: b -> b -> SmallArray b
+twoSmallArray x y = runSmallArray $ do
+  m <- newSmallArray 2 x
+  writeSmallArray m 1 y
+  return m
