@@ -17,7 +17,6 @@ import Data.List (elemIndex, foldl')
 import Data.Maybe (fromMaybe, listToMaybe)
 
 import Kv.Deque
-
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
