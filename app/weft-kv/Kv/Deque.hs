@@ -25,7 +25,6 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
-import Data.Foldable (foldl')
 import Data.Primitive.ByteArray
 import Data.Primitive.PrimArray
 import qualified Data.Sequence as Seq
@@ -242,7 +241,7 @@ viewItems f (Chunk b ends _ _) i j rest
 packChunk :: [ByteString] -> Chunk
 packChunk xs = unsafeDupablePerformIO $ do
   let k = length xs
-      total = foldl' (\s x -> s + B.length x) 0 xs
+      total = sum (map B.length xs)
       ends = primArrayFromListN k (drop 1 (scanl (\s x -> s + B.length x) 0 xs))
   arr <- newByteArray total
   let copyFrom !_ [] = return ()

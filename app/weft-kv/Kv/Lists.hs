@@ -13,7 +13,7 @@ module Kv.Lists
 
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import Data.List (elemIndex, foldl')
+import qualified Data.List as L
 import Data.Maybe (fromMaybe, listToMaybe)
 
 import Kv.Deque
@@ -50,7 +50,7 @@ pushOp atHead vs _ _ v = case v of
   Just (VList l) -> push l
   Just _ -> Outcome Keep wrongType
   where
-    push l = let l' = foldl' (flip (if atHead then pushHead else pushTail)) l vs
+    push l = let l' = L.foldl' (flip (if atHead then pushHead else pushTail)) l vs
              in Outcome (Replace (VList l')) (RInt (dequeLength l'))
 
 -- | LPOP / RPOP key [count]
@@ -164,7 +164,7 @@ linsertCommand _ = Answer syntaxError
 linsertOp :: Int -> ByteString -> ByteString -> KeyOp
 linsertOp after pivot x _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
-  Just (VList l) -> case elemIndex pivot (dequeToList l) of
+  Just (VList l) -> case L.elemIndex pivot (dequeToList l) of
     Nothing -> Outcome Keep (RInt (-1))
     Just i -> let l' = insertAt (i + after) x (dropHead (i + after) l) l
               in Outcome (Replace (VList l')) (RInt (dequeLength l'))
