@@ -106,32 +106,44 @@ keysLookup h key (Keys root) = go root 0
 -- keeps the string it is stored under (so a caller can pass a slice of a
 -- request for an existing key, and a copy only for a new one).
 keysInsert :: Int -> ByteString -> a -> Keys a -> Keys a
-keysInsert h key !v (Keys root) = Keys (go root 0)
+keysInsert h key !v (Keys root) = Keys (insertBelow (trieHash h) key v 0 root)
+{-# INLINE keysInsert #-}
+
+-- | 'keysInsert' into the subtree at a level. Top level, with the key,
+-- entry and hash as arguments, so that an insert allocates no closures.
+insertBelow :: Int -> ByteString -> a -> Int -> Node a -> Node a
+insertBelow !th key v !shift node = case node of
+  Empty -> Leaf th (One key v)
+  Leaf th' b
+    | th' == th -> Leaf th (bucketPut key v b)
+    | otherwise -> pairLeaves shift node th' (Leaf th (One key v)) th
+  Branch present children
+    | testBit present i ->
+        let !child = insertBelow th key v (shift + levelBits) (indexSmallArray children slot)
+        in Branch present (updated children slot child)
+    | otherwise -> let !leaf = Leaf th (One key v) in Branch (setBit present i) (inserted children slot leaf)
+    where
+      i = childAt th shift
+      slot = slotOf present i
+
+-- | Two leaves of different hashes, as the subtree at a level.
+pairLeaves :: Int -> Node a -> Int -> Node a -> Int -> Node a
+pairLeaves !shift old !thOld new !thNew
+  | iOld == iNew = let !below = pairLeaves (shift + levelBits) old thOld new thNew
+                   in Branch (bit iOld) (singletonSmallArray below)
+  | iOld < iNew = Branch (bit iOld .|. bit iNew) (twoSmallArray old new)
+  | otherwise = Branch (bit iOld .|. bit iNew) (twoSmallArray new old)
   where
-    !th = trieHash h
-    go Empty !_ = Leaf th (One key v)
-    go node@(Leaf th' b) shift
-      | th' == th = Leaf th (put b)
-      | otherwise = pair shift node th' (Leaf th (One key v))
-    go (Branch present children) shift
-      | testBit present i = let !child = go (indexSmallArray children slot) (shift + levelBits)
-                            in Branch present (updated children slot child)
-      | otherwise = let !leaf = Leaf th (One key v) in Branch (setBit present i) (inserted children slot leaf)
-      where
-        i = childAt th shift
-        slot = slotOf present i
-    -- Two leaves of different hashes, as the subtree at this level.
-    pair shift old thOld new
-      | iOld == iNew = let !below = pair (shift + levelBits) old thOld new in Branch (bit iOld) (singletonSmallArray below)
-      | iOld < iNew = Branch (bit iOld .|. bit iNew) (twoSmallArray old new)
-      | otherwise = Branch (bit iOld .|. bit iNew) (twoSmallArray new old)
-      where
-        iOld = childAt thOld shift
-        iNew = childAt th shift
-    put (One k old)
-      | k == key = One k v
-      | otherwise = Several [(key, v), (k, old)]
-    put (Several kvs) = Several (replace kvs)
+    iOld = childAt thOld shift
+    iNew = childAt thNew shift
+
+-- | A bucket with the key's entry replaced or added.
+bucketPut :: ByteString -> a -> Bucket a -> Bucket a
+bucketPut key v (One k old)
+  | k == key = One k v
+  | otherwise = Several [(key, v), (k, old)]
+bucketPut key v (Several kvs) = Several (replace kvs)
+  where
     replace [] = [(key, v)]
     replace (kv@(k, _) : rest)
       | k == key = (k, v) : rest
