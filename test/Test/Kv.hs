@@ -27,9 +27,9 @@ import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck hiding (within)
 
 import Kv.Deque
-import Kv.Keys
 import Kv.Resp
 import Kv.Server
+import Kv.Table
 import Support (within)
 import Test.Net (connectClient, keepsClientsWhenFull, recvExactly)
 import Weft.Net (Eviction (..))
@@ -38,7 +38,7 @@ spec :: Spec
 spec = describe "weft-kv" $ do
   decoderSpec
   dequeSpec
-  keysSpec
+  tableSpec
   serverSpec
 
 ------------------------------------------------------------------------------
@@ -81,31 +81,63 @@ applyDequeOp (d, m) op = case op of
     in (dequeAppend d other, m ++ xs)
 
 -- | An operation on a color's keys: insert or delete a key (of few
--- letters, so that they repeat).
-data KeysOp = KeysInsert ByteString Int | KeysDelete ByteString
+-- letters, so that they repeat), or insert many distinct keys (so that
+-- the table grows) and delete them again (so that it shrinks).
+data TableOp = TableInsert ByteString Int | TableDelete ByteString | TableGrow Int Bool
   deriving Show
 
-instance Arbitrary KeysOp where
+instance Arbitrary TableOp where
   arbitrary = frequency
-    [ (3, KeysInsert <$> keyName <*> arbitrary), (1, KeysDelete <$> keyName) ]
+    [ (6, TableInsert <$> keyName <*> arbitrary), (3, TableDelete <$> keyName)
+    , (1, TableGrow <$> choose (1, 60) <*> arbitrary) ]
     where keyName = C.pack <$> resize 4 (listOf (elements "abc"))
 
-keysSpec :: Spec
-keysSpec = describe "a color's keys (Kv.Keys)" $
+tableSpec :: Spec
+tableSpec = describe "a color's keys (Kv.Table)" $ do
   modifyMaxSuccess (const 200) $ prop "agree with Data.Map, with hashes that collide or not" $
-    \(collide :: Bool) ops ->
-      -- Colliding: keys of one length share a hash.
-      let hashOf k = if collide then B.length k `mod` 3 else B.foldl' (\h c -> h * 31 + fromIntegral c) 7 k
-          step (ks, m) op = case op of
-            KeysInsert k v -> (keysInsert (hashOf k) k v ks, Map.insert k v m)
-            KeysDelete k -> (keysDelete (hashOf k) k ks, Map.delete k m)
-          agrees (ks, m) =
-            sortOn fst (keysToList ks) === Map.toList m
-            .&&. keysNull ks === Map.null m
-            .&&. keysFold (\n _ v -> n + v) 0 ks === sum (Map.elems m)
-            .&&. conjoin [ keysLookup (hashOf k) k ks === Map.lookup k m
-                         | k <- map C.pack ["", "a", "b", "ab", "ba", "abc", "cab", "aaaa"] ]
-      in conjoin (map agrees (scanl step (emptyKeys, Map.empty) ops))
+    \(collide :: Bool) ops -> ioProperty $ do
+      -- Colliding: keys of one length share a hash (among them 0 and 1,
+      -- which the table's empty and deleted slots use). Else spread, half
+      -- of them negative.
+      let hashOf k = if collide then B.length k `mod` 3
+                     else B.foldl' (\h c -> h * 31 + fromIntegral c) 7 k * (-7046029254386353131)
+          -- Insert or replace, as the store does: look first.
+          put t k v = tableFind t (hashOf k) k >>= \i ->
+            if i >= 0 then tableSet t i v else tableInsert t (hashOf k) k v
+          remove t k = tableFind t (hashOf k) k >>= \i -> when (i >= 0) (tableDelete t i)
+          grown n = [ C.pack ("g" ++ show j) | j <- [1 .. n] ]
+          step t m op = case op of
+            TableInsert k v -> put t k v >> return (Map.insert k v m)
+            TableDelete k -> remove t k >> return (Map.delete k m)
+            TableGrow n undo -> do
+              mapM_ (\k -> put t k n) (grown n)
+              if undo then mapM_ (remove t) (grown n) >> return (foldr Map.delete m (grown n))
+                else return (foldr (\k -> Map.insert k n) m (grown n))
+          agrees t m = do
+            listed <- tableFold (\acc k v -> (k, v) : acc) [] t
+            size <- tableSize t
+            cap <- tableCapacity t
+            found <- forM (Map.keys m ++ map C.pack ["", "a", "zz", "g1", "abca"]) $ \k -> do
+              i <- tableFind t (hashOf k) k
+              v <- if i >= 0 then Just <$> tableValue t i else return Nothing
+              return (v === Map.lookup k m)
+            return $ sortOn fst listed === Map.toList m .&&. size === Map.size m
+              .&&. counterexample ("capacity " ++ show cap) (4 * size <= 3 * cap && (cap <= 8 || 8 * size >= cap `div` 2))
+              .&&. conjoin found
+      t <- newTable
+      let steps _ [] = return []
+          steps m (op : rest) = do
+            m' <- step t m op
+            p <- agrees t m'
+            (p :) <$> steps m' rest
+      conjoin <$> steps Map.empty ops
+  it "forgets every key when cleared" $ do
+    t <- newTable
+    forM_ [1 .. 100 :: Int] $ \j -> tableInsert t j (C.pack (show j)) j
+    tableClear t
+    tableSize t `shouldReturn` 0
+    tableFind t 7 "7" `shouldReturn` (-1)
+    tableFold (\n _ _ -> n + 1) (0 :: Int) t `shouldReturn` 0
 
 dequeSpec :: Spec
 dequeSpec = describe "list values (Kv.Deque)" $ do

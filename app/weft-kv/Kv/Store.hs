@@ -28,7 +28,8 @@ module Kv.Store
   , Store
   , newStore
   , runKeyOp
-  , survey
+  , surveyColor
+  , joinSurvey
   , occupiedColors
   , flushColor
   , expireDue
@@ -37,9 +38,7 @@ module Kv.Store
 import Control.Monad (forM_, when)
 import Data.Bits (shiftR, xor, (.&.))
 import Data.ByteString (ByteString)
-import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import Data.IORef
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import qualified Data.Set as Set
@@ -54,7 +53,7 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Deque (Deque, dequeFromList, dequeToList)
-import Kv.Keys
+import Kv.Table
 import Kv.Resp (Reply (..))
 
 -- Note [One store per color]
@@ -62,17 +61,18 @@ import Kv.Resp (Reply (..))
 -- A key's color is a hash of its bytes folded to the store's number of
 -- key colors ('keyColor'; weft-kv's @--key-colors@, 64 by default),
 -- and every command on a key runs as an event of that color. Weft.Color
--- never runs two events of one color at once, so the map of a color,
+-- never runs two events of one color at once, so the table of a color,
 -- 'Store' entry number 'keyColor', is only ever read and written by one
--- event at a time, and in the order the events were posted: plain
--- 'IORef's suffice, with no lock, no atomic operation and no retry. A
--- color's map finds a key by the same hash its color is cut from (Note
--- [Keys by hash] in "Kv.Keys"); unrelated keys in different colors run
+-- event at a time, and in the order the events were posted: a plain
+-- mutable table suffices, with no lock, no atomic operation and no
+-- retry. A color's table finds a key by the same hash its color is cut
+-- from (Note [A color's table] in "Kv.Table"); unrelated keys in
+-- different colors run
 -- in parallel on different cores. The number of key colors
 -- trades that grain against batching: a pipeline's commands on one color
 -- run as one event (Note [Batches per color] in "Kv.Batch"), so with
 -- fewer colors a pipeline of unrelated keys costs fewer events, and each
--- color's map holds more keys.
+-- color's table holds more keys.
 
 -- | The most colors keys can be spread over: 65536, the width of a
 -- Weft.Color color.
@@ -88,7 +88,7 @@ keyColor (Store _ mask) key = keyHash key .&. mask
 -- | The hash of a key: a 64-bit FNV-style hash of its bytes, taken eight
 -- at a time (then the tail byte by byte), mixed. Its low 16 bits are the
 -- key's color in a store of 'colorCount' colors; the whole finds the key
--- in its color's map ("Kv.Keys"). Word-wise,
+-- in its color's table ("Kv.Table"). Word-wise,
 -- because a key's color is computed for every command on it: byte-wise
 -- FNV-1a was a tenth of weft-kv's instructions under MSET (callgrind).
 keyHash :: ByteString -> Int
@@ -251,14 +251,14 @@ data Survey
 ------------------------------------------------------------------------------
 -- The store
 
--- | The keys, one map per key color, and the mask that folds a key's
+-- | The keys, one table per key color, and the mask that folds a key's
 -- hash to its color.
-data Store = Store !(Array (IORef (Keys Entry))) !Int
+data Store = Store !(Array (Table Entry)) !Int
 
 -- | An empty store whose keys spread over the given number of colors: a
 -- power of two from 1 to 'colorCount' (checked by 'validKeyColors').
 newStore :: Int -> IO Store
-newStore n = (\maps -> Store maps (n - 1)) . arrayFromListN n <$> mapM (const (newIORef emptyKeys)) [1 .. n]
+newStore n = (\tables -> Store tables (n - 1)) . arrayFromListN n <$> mapM (const newTable) [1 .. n]
 
 -- | Can a store spread its keys over this many colors?
 validKeyColors :: Int -> Bool
@@ -273,58 +273,59 @@ validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 -- so that a caller passes one function for every key, not a closure per
 -- operation.)
 runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
-runKeyOp (Store maps mask) arm clocks key op = do
+runKeyOp (Store tables mask) arm clocks key op = do
   let !h = keyHash key
-      ref = indexArray maps (h .&. mask)
-  m <- readIORef ref
-  -- A key already past its deadline is gone, whatever its timer says.
-  -- (Strict, so that no tuple or selector thunks are built per command.)
-  let !(Found m0 expired live expiry deadlineOf) = case keysLookup h key m of
-        Just (Entry v e@(ExpiresAt deadline _))
-          | now >= deadline -> Found (keysDelete h key m) True Nothing Persistent 0
-          | otherwise -> Found m False (Just v) e deadline
-        Just (Entry v Persistent) -> Found m False (Just v) Persistent 0
-        Nothing -> Found m False Nothing Persistent 0
-      !(Outcome update reply) = op clocks deadlineOf live
-      put e = writeIORef ref (putEntry h live key e m0)
-      expiring v deadline = expireLater ref arm now h live key m0 v deadline
-  case update of
-    Keep -> when expired (writeIORef ref m0)
-    Delete -> do
-      cancel expiry
-      writeIORef ref (keysDelete h key m0)
-    Replace v -> put (Entry v expiry)
-    Fresh v -> do
-      cancel expiry
-      put (Entry v Persistent)
-    FreshUntil v deadline -> do
-      cancel expiry
-      expiring v deadline
-    ExpireAt deadline -> forM_ live $ \v -> do
-      cancel expiry
-      expiring v deadline
-  return reply
+      t = indexArray tables (h .&. mask)
+  found <- tableFind t h key
+  if found < 0 then run t h (-1) Nothing Persistent 0 else do
+    Entry v e <- tableValue t found
+    case e of
+      -- A key already past its deadline is gone, whatever its timer says.
+      ExpiresAt deadline _
+        | now >= deadline -> tableDelete t found >> run t h (-1) Nothing Persistent 0
+        | otherwise -> run t h found (Just v) e deadline
+      Persistent -> run t h found (Just v) Persistent 0
   where
     now = nowMono clocks
+    -- The key's slot (-1 if it has none), its live value, expiry and
+    -- deadline (0 if none).
+    run t h i live expiry deadlineOf = do
+      let !(Outcome update reply) = op clocks deadlineOf live
+      case update of
+        Keep -> return ()
+        Delete -> do
+          cancel expiry
+          when (i >= 0) (tableDelete t i)
+        Replace v -> putEntry t h i key (Entry v expiry)
+        Fresh v -> do
+          cancel expiry
+          putEntry t h i key (Entry v Persistent)
+        FreshUntil v deadline -> do
+          cancel expiry
+          expireLater t arm now h i key v deadline
+        ExpireAt deadline -> forM_ live $ \v -> do
+          cancel expiry
+          expireLater t arm now h i key v deadline
+      return reply
 
--- | Store an entry: under the key already stored if the key exists
--- ('keysInsert' keeps it), else under a copy, so as not to hold on to the
--- request buffer the key was sliced from.
-putEntry :: Int -> Maybe Value -> ByteString -> Entry -> Keys Entry -> Keys Entry
-putEntry h (Just _) key e m = keysInsert h key e m
-putEntry h Nothing key e m = keysInsert h (B.copy key) e m
+-- | Store an entry in the key's slot, or under a new slot (and a copy of
+-- the key) if it has none (-1).
+putEntry :: Table Entry -> Int -> Int -> ByteString -> Entry -> IO ()
+putEntry t h i key e
+  | i >= 0 = tableSet t i e
+  | otherwise = tableInsert t h key e
 {-# INLINE putEntry #-}
 
 -- | Store a value that expires at the deadline, with its timer; or delete
 -- the key if the deadline has passed. Top level, so that 'runKeyOp' does
 -- not allocate it as a closure for every operation.
-expireLater :: IORef (Keys Entry) -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Int -> Maybe Value
-            -> ByteString -> Keys Entry -> Value -> Int -> IO ()
-expireLater ref arm now h live key m v deadline
-  | deadline <= now = writeIORef ref (keysDelete h key m)
+expireLater :: Table Entry -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Int -> Int
+            -> ByteString -> Value -> Int -> IO ()
+expireLater t arm now h i key v deadline
+  | deadline <= now = when (i >= 0) (tableDelete t i)
   | otherwise = do
       timer <- arm key deadline (timerDelay now deadline)
-      writeIORef ref (putEntry h live key (Entry v (ExpiresAt deadline timer)) m)
+      putEntry t h i key (Entry v (ExpiresAt deadline timer))
 {-# NOINLINE expireLater #-}
 
 cancel :: Expiry -> IO ()
@@ -344,62 +345,61 @@ timerHorizon = 2 ^ (30 :: Int)
 timerDelay :: Int -> Int -> Int
 timerDelay now deadline = min timerHorizon (deadline - now) * 1000
 
--- | What 'runKeyOp' found: the map without the key if it had expired,
--- whether it had, the live value, its expiry and deadline (0 if none).
-data Found = Found !(Keys Entry) !Bool !(Maybe Value) !Expiry !Int
-
 -- | A key's expiry timer for this deadline fired: delete the key if the
 -- deadline has come, or arm the next timer if it is beyond the one this
 -- timer was armed for ('timerHorizon'; @arm@ as for 'runKeyOp'). A key
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
 expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
-expireDue (Store maps mask) arm key armedFor = do
+expireDue (Store tables mask) arm key armedFor = do
   let !h = keyHash key
-      ref = indexArray maps (h .&. mask)
-  m <- readIORef ref
-  case keysLookup h key m of
-    Just (Entry v (ExpiresAt deadline _)) | deadline == armedFor -> do
-      now <- nowMono <$> readNow
-      if now >= deadline
-        then writeIORef ref (keysDelete h key m)
-        else do
-          next <- arm key deadline (timerDelay now deadline)
-          writeIORef ref (keysInsert h key (Entry v (ExpiresAt deadline next)) m)
-    _ -> return ()
+      t = indexArray tables (h .&. mask)
+  i <- tableFind t h key
+  when (i >= 0) $ do
+    Entry v e <- tableValue t i
+    case e of
+      ExpiresAt deadline _ | deadline == armedFor -> do
+        now <- nowMono <$> readNow
+        if now >= deadline
+          then tableDelete t i
+          else do
+            next <- arm key deadline (timerDelay now deadline)
+            tableSet t i (Entry v (ExpiresAt deadline next))
+      _ -> return ()
 
--- | Read every color's keys, at the given time. Unlike everything else
--- here, this runs on any color: it reads each color's map as its last
--- event left it (an 'IORef' read of an immutable map, safe from any
--- thread), so it sees everything the caller's earlier commands did once
--- they have run, and any other client's writes either whole or not at all
--- per key (Note [Store-wide commands] in "Kv.Server").
-survey :: Store -> Now -> Survey -> IO Reply
-survey store clocks op = case op of
-  CountKeys -> RInt <$> foldColors store (\n _ m -> keysFold (\c _ e -> if live e then c + 1 else c) n m) 0
-  MatchKeys wanted -> RArray <$> foldColors store (\acc _ m -> [ RBulk k | (k, e) <- keysToList m, live e, wanted k ] ++ acc) []
+-- | One color's part of a read of every key, at the given time: its live
+-- keys counted ('RInt'), or those that match ('RArray' of bulk strings).
+-- Must run as an event of that color; 'joinSurvey' puts the colors'
+-- parts together (Note [Store-wide commands] in "Kv.Batch").
+surveyColor :: Store -> Int -> Now -> Survey -> IO Reply
+surveyColor (Store tables _) color clocks op = case op of
+  CountKeys -> RInt <$> tableFold (\n _ e -> if live e then n + 1 else n) 0 t
+  MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
   where
+    t = indexArray tables color
     live (Entry _ (ExpiresAt deadline _)) = deadline > nowMono clocks
     live _ = True
 
--- | The colors whose maps hold keys (live or expired), read as 'survey'
--- reads them, in descending order.
-occupiedColors :: Store -> IO [Int]
-occupiedColors store = foldColors store (\acc i m -> if keysNull m then acc else i : acc) []
+-- | The reply of a read of every key, from the colors' parts.
+joinSurvey :: Survey -> [Reply] -> Reply
+joinSurvey CountKeys parts = RInt (sum [ n | RInt n <- parts ])
+joinSurvey (MatchKeys _) parts = RArray (concat [ ks | RArray ks <- parts ])
 
--- | Fold over every color's map, from any thread (see 'survey').
-foldColors :: Store -> (a -> Int -> Keys Entry -> a) -> a -> IO a
-foldColors (Store maps _) f = go 0
+-- | The colors whose tables hold keys (live or expired), in descending
+-- order. Runs on any color: it reads each table's count (Note [A color's
+-- table] in "Kv.Table").
+occupiedColors :: Store -> IO [Int]
+occupiedColors (Store tables _) = go 0 []
   where
-    go !i !z
-      | i == sizeofArray maps = return z
-      | otherwise = readIORef (indexArray maps i) >>= \m -> go (i + 1) (f z i m)
+    go !i acc
+      | i == sizeofArray tables = return acc
+      | otherwise = tableSize (indexArray tables i) >>= \n -> go (i + 1) (if n > 0 then i : acc else acc)
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
 flushColor :: Store -> Int -> IO ()
-flushColor (Store maps _) color = do
-  let ref = indexArray maps color
-  m <- readIORef ref
-  forM_ (keysToList m) (\(_, Entry _ e) -> cancel e)
-  writeIORef ref emptyKeys
+flushColor (Store tables _) color = do
+  let t = indexArray tables color
+  timers <- tableFold (\acc _ (Entry _ e) -> e : acc) [] t
+  mapM_ cancel timers
+  tableClear t

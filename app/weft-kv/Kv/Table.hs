@@ -1,0 +1,299 @@
+{-# LANGUAGE BangPatterns, MagicHash, ScopedTypeVariables, UnboxedTuples, UnliftedFFITypes #-}
+-- | The keys of one color: a mutable hash table from key strings to
+-- entries, owned by the color's events (Note [A color's table]). The
+-- test suite checks it against "Data.Map", hashes that collide included.
+module Kv.Table
+  ( Table
+  , newTable
+  , tableSize
+  , tableFind
+  , tableValue
+  , tableSet
+  , tableInsert
+  , tableDelete
+  , tableFold
+  , tableClear
+  , tableCapacity
+  ) where
+
+import Control.Monad (when)
+import Control.Monad.Primitive (RealWorld)
+import Data.Bits (unsafeShiftR, (.&.))
+import Data.ByteString (ByteString)
+import qualified Data.ByteString.Internal as BI
+import Data.IORef
+import Data.Primitive.Array
+import Data.Primitive.MutVar
+import Data.Primitive.ByteArray (ByteArray (..), copyByteArrayToPtr, emptyByteArray, sizeofByteArray)
+import Data.Primitive.PrimArray
+import Data.Word (Word8)
+import Foreign.C.Types (CInt (..), CSize (..))
+import Foreign.Ptr (Ptr, plusPtr)
+import GHC.Exts (ByteArray#, Int (..), Ptr (..), copyAddrToByteArray#, newByteArray#, unsafeFreezeByteArray#)
+import GHC.ForeignPtr (unsafeWithForeignPtr)
+import GHC.IO (IO (..))
+
+-- Note [A color's table]
+-- ~~~~~~~~~~~~~~~~~~~~~~
+-- Every command on a key looks it up in its color's keys, and a store of
+-- a million keys does so with the keys far out of the caches: what a
+-- lookup costs is its cache misses. So a color's keys are an open-
+-- addressing hash table with linear probing, as redis's own dictionary
+-- is a table: an unboxed array of the keys' hashes, probed from the
+-- slot the hash picks, then the key in the same slot of the key array
+-- (its bytes compared once, on a full hash match), then the entry in
+-- the same slot of the entry array. A lookup touches about five lines
+-- (hash, key slot, key bytes, entry slot, entry cell: Note [Entries in
+-- cells]) wherever the key is; a
+-- persistent trie touched two per level and rebuilt its path on every
+-- write, which the collector then copied.
+--
+-- Keys are stored as unpinned byte arrays: the collector moves them like
+-- any small object. (Pinned copies of short keys are kept in pinned
+-- blocks that stay allocated while any key in them lives, which after
+-- deletes spread over the store holds many times the live keys.)
+--
+-- The table is mutable, so only events of its color may touch it (Note
+-- [One store per color] in "Kv.Store"). The one exception is
+-- 'tableSize', a single read of a counter, which a store-wide command
+-- reads from another color to skip empty tables: a count read while
+-- another core writes it is that core's count just before or just after.
+--
+-- The hash of slot i is 0 if the slot is empty, 1 if its key was deleted
+-- (a tombstone: probes go on past it), else the key's hash (0 and 1 map
+-- to 2 and 3: 'storedHash'). The slot a hash starts at is taken from its
+-- bits above the low 16, because every key of one color shares its low
+-- bits (they are the color). The load, counting tombstones, stays at
+-- most three quarters, so a probe always ends at an empty slot. An index
+-- returned by 'tableFind' stays valid until the next insert or delete.
+
+-- Note [Entries in cells]
+-- ~~~~~~~~~~~~~~~~~~~~~~~
+-- Most writes replace the entry of a key that exists (SET over a
+-- keyspace, INCR, LPUSH). Written into the table's entry array, each such
+-- write would mark the array's card of 128 slots, and the next minor
+-- collection would look at every slot of every marked card: with a
+-- million keys and a write to a different card each time, most of the
+-- store per collection, which was most of SET's CPU. So each entry
+-- lives in a cell of its own (a 'MutVar'), and a write replaces the
+-- cell's contents: the collector then looks at the cells written since
+-- it last ran, one pointer each. The arrays are written only when a key
+-- comes or goes. A lookup pays one more load, the cell.
+
+-- | A color's keys and their entries.
+newtype Table a = Table (IORef (Tab a))
+
+data Tab a = Tab
+  { tabMask   :: {-# UNPACK #-} !Int
+  , tabHashes :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
+  , tabKeys   :: {-# UNPACK #-} !(MutableArray RealWorld ByteArray)
+  , tabValues :: {-# UNPACK #-} !(MutableArray RealWorld (MutVar RealWorld a))
+    -- ^ each entry in a cell of its own (Note [Entries in cells])
+  , tabCounts :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
+    -- ^ 'liveCount' and 'usedCount'
+  }
+
+-- | The keys in the table; the slots that are not empty (keys and
+-- tombstones).
+liveCount, usedCount :: Int
+liveCount = 0
+usedCount = 1
+
+-- | The fewest slots a table has.
+minCapacity :: Int
+minCapacity = 8
+
+-- | An empty table.
+newTable :: IO (Table a)
+newTable = newTab minCapacity >>= fmap Table . newIORef
+
+newTab :: Int -> IO (Tab a)
+newTab cap = do
+  hashes <- newPrimArray cap
+  setPrimArray hashes 0 cap 0
+  keys <- newArray cap noKey
+  values <- newArray cap noValue
+  counts <- newPrimArray 2
+  setPrimArray counts 0 2 0
+  return (Tab (cap - 1) hashes keys values counts)
+
+-- | What an empty slot's key is.
+noKey :: ByteArray
+noKey = emptyByteArray
+
+noValue :: a
+noValue = errorWithoutStackTrace "weft-kv: an empty slot of a key table was read"
+
+-- | How many keys the table holds. The one function that may run on
+-- another color (Note [A color's table]).
+tableSize :: Table a -> IO Int
+tableSize (Table ref) = readIORef ref >>= \t -> readPrimArray (tabCounts t) liveCount
+
+-- | How many slots the table has (for tests).
+tableCapacity :: Table a -> IO Int
+tableCapacity (Table ref) = (+ 1) . tabMask <$> readIORef ref
+
+-- | The hash as stored: 0 and 1 are taken by empty and deleted slots.
+storedHash :: Int -> Int
+storedHash h = if h == 0 || h == 1 then h + 2 else h
+{-# INLINE storedHash #-}
+
+-- | Is a slot with this stored hash empty or deleted? (Hashes may be
+-- negative.)
+vacant :: Int -> Bool
+vacant x = x == 0 || x == 1
+{-# INLINE vacant #-}
+
+-- | The slot a hash starts its probe at.
+homeSlot :: Int -> Int -> Int
+homeSlot mask h = fromIntegral ((fromIntegral h :: Word) `unsafeShiftR` 16) .&. mask
+{-# INLINE homeSlot #-}
+
+-- | The slot of a key, given its hash, or -1 if it is not in the table.
+tableFind :: Table a -> Int -> ByteString -> IO Int
+tableFind (Table ref) h0 key = do
+  t <- readIORef ref
+  let !h = storedHash h0
+      !mask = tabMask t
+      go :: Int -> IO Int
+      go !i = do
+        x <- readPrimArray (tabHashes t) i
+        if x == 0 then return (-1)
+        else if x == h then do
+          k <- readArray (tabKeys t) i
+          if sameKey k key then return i else go ((i + 1) .&. mask)
+        else go ((i + 1) .&. mask)
+  go (homeSlot mask h)
+
+-- | The entry in a slot 'tableFind' returned.
+tableValue :: Table a -> Int -> IO a
+tableValue (Table ref) i = readIORef ref >>= \t -> readArray (tabValues t) i >>= readMutVar
+{-# INLINE tableValue #-}
+
+-- | Replace the entry in a slot 'tableFind' returned; the key stays.
+tableSet :: Table a -> Int -> a -> IO ()
+tableSet (Table ref) i !v = readIORef ref >>= \t -> readArray (tabValues t) i >>= \cell -> writeMutVar cell v
+{-# INLINE tableSet #-}
+
+-- | Add a key that is not in the table (the caller has just looked for
+-- it), with its hash and entry. The key's bytes are copied.
+tableInsert :: Table a -> Int -> ByteString -> a -> IO ()
+tableInsert (Table ref) h0 key !v = do
+  t0 <- readIORef ref
+  used <- readPrimArray (tabCounts t0) usedCount
+  t <- if 4 * (used + 1) <= 3 * (tabMask t0 + 1) then return t0 else do
+    live <- readPrimArray (tabCounts t0) liveCount
+    -- Twice the slots if the keys fill half of them, else as many
+    -- (only the tombstones go).
+    let cap = tabMask t0 + 1
+    t' <- rehash t0 (if 2 * (live + 1) > cap then 2 * cap else cap)
+    t' <$ writeIORef ref t'
+  k <- copyKey key
+  let !h = storedHash h0
+  i <- freeSlot t h
+  old <- readPrimArray (tabHashes t) i
+  writePrimArray (tabHashes t) i h
+  writeArray (tabKeys t) i k
+  newMutVar v >>= writeArray (tabValues t) i
+  bump t liveCount 1
+  when (old == 0) (bump t usedCount 1)
+
+-- | The first empty or deleted slot on a hash's probe.
+freeSlot :: Tab a -> Int -> IO Int
+freeSlot t h = go (homeSlot (tabMask t) h)
+  where
+    go :: Int -> IO Int
+    go !i = do
+      x <- readPrimArray (tabHashes t) i
+      if vacant x then return i else go ((i + 1) .&. tabMask t)
+
+-- | Remove the key in a slot 'tableFind' returned. The table shrinks
+-- when its keys fill less than an eighth of it.
+tableDelete :: Table a -> Int -> IO ()
+tableDelete (Table ref) i = do
+  t <- readIORef ref
+  let mask = tabMask t
+  next <- readPrimArray (tabHashes t) ((i + 1) .&. mask)
+  -- Followed by an empty slot, no probe passes this one: it can be empty.
+  if next == 0
+    then writePrimArray (tabHashes t) i 0 >> bump t usedCount (-1)
+    else writePrimArray (tabHashes t) i 1
+  writeArray (tabKeys t) i noKey
+  writeArray (tabValues t) i noValue
+  bump t liveCount (-1)
+  live <- readPrimArray (tabCounts t) liveCount
+  let cap = mask + 1
+  when (cap > minCapacity && 8 * live < cap) $
+    rehash t (max minCapacity (cap `quot` 2)) >>= writeIORef ref
+
+bump :: Tab a -> Int -> Int -> IO ()
+bump t which d = readPrimArray (tabCounts t) which >>= writePrimArray (tabCounts t) which . (+ d)
+{-# INLINE bump #-}
+
+-- | The table's keys and entries in a new table of the given capacity,
+-- without tombstones.
+rehash :: Tab a -> Int -> IO (Tab a)
+rehash t cap = do
+  t' <- newTab cap
+  let go :: Int -> Int -> IO Int
+      go !i !n
+        | i > tabMask t = return n
+        | otherwise = do
+            h <- readPrimArray (tabHashes t) i
+            if vacant h then go (i + 1) n else do
+              j <- freeSlot t' h
+              writePrimArray (tabHashes t') j h
+              readArray (tabKeys t) i >>= writeArray (tabKeys t') j
+              readArray (tabValues t) i >>= writeArray (tabValues t') j
+              go (i + 1) (n + 1)
+  n <- go 0 (0 :: Int)
+  writePrimArray (tabCounts t') liveCount n
+  writePrimArray (tabCounts t') usedCount n
+  return t'
+
+-- | A strict left fold over every key and its entry, in no particular
+-- order. The keys are fresh strings.
+tableFold :: forall a b. (b -> ByteString -> a -> b) -> b -> Table a -> IO b
+tableFold f z0 (Table ref) = do
+  t <- readIORef ref
+  let go :: Int -> b -> IO b
+      go !i !z
+        | i > tabMask t = return z
+        | otherwise = do
+            h <- readPrimArray (tabHashes t) i
+            if vacant h then go (i + 1) z else do
+              k <- readArray (tabKeys t) i
+              v <- readArray (tabValues t) i >>= readMutVar
+              go (i + 1) (f z (keyString k) v)
+  go 0 z0
+
+-- | Remove every key.
+tableClear :: Table a -> IO ()
+tableClear (Table ref) = newTab minCapacity >>= writeIORef ref
+
+------------------------------------------------------------------------------
+-- Keys
+
+-- | An unpinned copy of a key.
+copyKey :: ByteString -> IO ByteArray
+copyKey (BI.PS fp off (I# len)) = unsafeWithForeignPtr fp $ \p -> case p `plusPtr` off of
+  Ptr addr -> IO $ \s -> case newByteArray# len s of
+    (# s1, m #) -> case copyAddrToByteArray# addr m 0# len s1 of
+      s2 -> case unsafeFreezeByteArray# m s2 of
+        (# s3, b #) -> (# s3, ByteArray b #)
+
+-- | A stored key as a string.
+keyString :: ByteArray -> ByteString
+keyString k = BI.unsafeCreate n (\p -> copyByteArrayToPtr p k 0 n)
+  where n = sizeofByteArray k
+
+-- | Is the stored key this string?
+sameKey :: ByteArray -> ByteString -> Bool
+sameKey k@(ByteArray k#) (BI.PS fp off len) =
+  sizeofByteArray k == len
+    && (len == 0 || BI.accursedUnutterablePerformIO (unsafeWithForeignPtr fp $ \p ->
+          (== 0) <$> c_memcmp k# (p `plusPtr` off) (fromIntegral len)))
+{-# INLINE sameKey #-}
+
+foreign import ccall unsafe "string.h memcmp"
+  c_memcmp :: ByteArray# -> Ptr Word8 -> CSize -> IO CInt
