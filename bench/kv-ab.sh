@@ -2,11 +2,14 @@
 # Two Redis-protocol servers side by side under redis-benchmark, arms
 # interleaved, a fresh server per run:
 #
-#   bench/kv-ab.sh [-r KEYSPACE] [--reps N] ARM_A ARM_B TEST:DEPTH:REQUESTS...
+#   bench/kv-ab.sh [-r KEYSPACE] [--reps N] [--n2] ARM_A ARM_B TEST:DEPTH:REQUESTS...
 #
-# An arm is "redis" (redis-server, no persistence) or the path of a
-# weft-kv binary (run with +RTS -N1). Each server is pinned to core 0 and
-# redis-benchmark (-c 50) to core 1. With -r, every run first fills the
+# An arm is "redis" (redis-server, no persistence), "redis-io2" (the same
+# with --io-threads 2 --io-threads-do-reads yes), or the path of a weft-kv
+# binary, optionally followed by its options ("BIN --key-colors 8"), run
+# with +RTS -N1. Each server is pinned to core 0 and redis-benchmark
+# (-c 50) to core 1; with --n2, weft-kv runs with +RTS -N2 and the servers
+# are pinned to cores 0 and 1 (sharing the client's core). With -r, every run first fills the
 # store with SET over the keyspace (-P 64, 1M requests) and the test then
 # draws its keys from it. Prints one line per run (rep, test, depth, arm,
 # ops/s, server CPU us per request from /proc/PID/stat), then per test the
@@ -15,15 +18,16 @@
 # Example: bench/kv-ab.sh --reps 5 redis dist-newstyle/bin/weft-kv get:16:2000000 set:16:2000000
 set -euo pipefail
 
-keyspace=""; reps=5
+keyspace=""; reps=5; n2=""
 while [ $# -gt 0 ]; do
   case "$1" in
     -r) keyspace="$2"; shift 2 ;;
     --reps) reps="$2"; shift 2 ;;
+    --n2) n2=1; shift ;;
     *) break ;;
   esac
 done
-[ $# -ge 3 ] || { sed -n '2,16p' "$0" >&2; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,18p' "$0" >&2; exit 2; }
 arm_a="$1"; arm_b="$2"; shift 2
 tests=("$@")
 for t in "${tests[@]}"; do
@@ -36,11 +40,17 @@ pid=""
 cleanup() { [ -z "$pid" ] || kill "$pid" 2> /dev/null || true; rm -f "$out"; }
 trap cleanup EXIT
 
+cores=0; caps=-N1
+[ -z "$n2" ] || { cores=0,1; caps=-N2; }
 start() { # start ARM PORT: sets pid
   if [ "$1" = redis ]; then
-    taskset -c 0 redis-server --port "$2" --save "" --appendonly no > /dev/null 2>&1 &
+    taskset -c "$cores" redis-server --port "$2" --save "" --appendonly no > /dev/null 2>&1 &
+  elif [ "$1" = redis-io2 ]; then
+    taskset -c "$cores" redis-server --port "$2" --save "" --appendonly no \
+      --io-threads 2 --io-threads-do-reads yes > /dev/null 2>&1 &
   else
-    taskset -c 0 "$1" "$2" +RTS -N1 -RTS > /dev/null 2>&1 &
+    read -r -a cmd <<< "$1"
+    taskset -c "$cores" "${cmd[0]}" "$2" "${cmd[@]:1}" +RTS "$caps" -RTS > /dev/null 2>&1 &
   fi
   pid=$!
   for _ in $(seq 50); do

@@ -24,7 +24,7 @@ import qualified Data.ByteString.Internal as BI
 import Data.IORef
 import Data.Primitive.Array
 import Data.Primitive.MutVar
-import Data.Primitive.ByteArray (ByteArray (..), copyByteArrayToPtr, emptyByteArray, sizeofByteArray)
+import Data.Primitive.ByteArray (ByteArray (..), copyByteArrayToPtr, sizeofByteArray)
 import Data.Primitive.PrimArray
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..), CSize (..))
@@ -40,13 +40,11 @@ import GHC.IO (IO (..))
 -- lookup costs is its cache misses. So a color's keys are an open-
 -- addressing hash table with linear probing, as redis's own dictionary
 -- is a table: an unboxed array of the keys' hashes, probed from the
--- slot the hash picks, then the key in the same slot of the key array
--- (its bytes compared once, on a full hash match), then the entry in
--- the same slot of the entry array. A lookup touches about five lines
--- (hash, key slot, key bytes, entry slot, entry cell: Note [Entries in
--- cells]) wherever the key is; a
--- persistent trie touched two per level and rebuilt its path on every
--- write, which the collector then copied.
+-- slot the hash picks, then, on a full hash match, the key and entry in
+-- the same slot's cell (Note [Slots in cells]). A lookup touches about
+-- five lines wherever the key is (hash, cell pointer, cell, slot, key
+-- bytes); a persistent trie touched two per level and rebuilt its path
+-- on every write, which the collector then copied.
 --
 -- Keys are stored as unpinned byte arrays: the collector moves them like
 -- any small object. (Pinned copies of short keys are kept in pinned
@@ -66,19 +64,21 @@ import GHC.IO (IO (..))
 -- bits (they are the color). The load, counting tombstones, stays at
 -- most three quarters, so a probe always ends at an empty slot. An index
 -- returned by 'tableFind' stays valid until the next insert or delete.
-
--- Note [Entries in cells]
--- ~~~~~~~~~~~~~~~~~~~~~~~
--- Most writes replace the entry of a key that exists (SET over a
--- keyspace, INCR, LPUSH). Written into the table's entry array, each such
--- write would mark the array's card of 128 slots, and the next minor
--- collection would look at every slot of every marked card: with a
--- million keys and a write to a different card each time, most of the
--- store per collection, which was most of SET's CPU. So each entry
--- lives in a cell of its own (a 'MutVar'), and a write replaces the
--- cell's contents: the collector then looks at the cells written since
--- it last ran, one pointer each. The arrays are written only when a key
--- comes or goes. A lookup pays one more load, the cell.
+--
+-- Note [Slots in cells]
+-- ~~~~~~~~~~~~~~~~~~~~~
+-- Every write changes a key's slot: most replace the entry of a key that
+-- exists (SET over a keyspace, INCR, LPUSH), some add or remove a key.
+-- Written into a big array of the old generation, each write marks the
+-- array's card of 128 slots, and the next minor collection looks at
+-- every slot of every marked card: with a million keys and writes to a
+-- different card each time, a large part of the store per collection
+-- (scanning cards was a third of SET's CPU with random keys). So each
+-- slot has a cell of its own (a 'MutVar', made when the table is), which
+-- holds the slot's key and entry, and every write replaces a cell's
+-- contents: the collector then looks at the cells written since it last
+-- ran, one pointer each. The cell array itself is written only when the
+-- table is rebuilt, and then it is new.
 
 -- | A color's keys and their entries.
 newtype Table a = Table (IORef (Tab a))
@@ -86,12 +86,14 @@ newtype Table a = Table (IORef (Tab a))
 data Tab a = Tab
   { tabMask   :: {-# UNPACK #-} !Int
   , tabHashes :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
-  , tabKeys   :: {-# UNPACK #-} !(MutableArray RealWorld ByteArray)
-  , tabValues :: {-# UNPACK #-} !(MutableArray RealWorld (MutVar RealWorld a))
-    -- ^ each entry in a cell of its own (Note [Entries in cells])
+  , tabCells  :: {-# UNPACK #-} !(MutableArray RealWorld (MutVar RealWorld (Slot a)))
+    -- ^ one cell per slot (Note [Slots in cells])
   , tabCounts :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
     -- ^ 'liveCount' and 'usedCount'
   }
+
+-- | What a cell holds.
+data Slot a = Vacant | Slot {-# UNPACK #-} !ByteArray !a
 
 -- | The keys in the table; the slots that are not empty (keys and
 -- tombstones).
@@ -107,22 +109,26 @@ minCapacity = 8
 newTable :: IO (Table a)
 newTable = newTab minCapacity >>= fmap Table . newIORef
 
+-- | An empty table of the given capacity, every cell new.
 newTab :: Int -> IO (Tab a)
 newTab cap = do
+  t <- bareTab cap
+  let fill :: Int -> IO ()
+      fill !i = when (i < cap) $ newMutVar Vacant >>= writeArray (tabCells t) i >> fill (i + 1)
+  t <$ fill 0
+
+-- | A table of the given capacity without cells (a rebuild fills them).
+bareTab :: Int -> IO (Tab a)
+bareTab cap = do
   hashes <- newPrimArray cap
   setPrimArray hashes 0 cap 0
-  keys <- newArray cap noKey
-  values <- newArray cap noValue
+  cells <- newArray cap noCell
   counts <- newPrimArray 2
   setPrimArray counts 0 2 0
-  return (Tab (cap - 1) hashes keys values counts)
+  return (Tab (cap - 1) hashes cells counts)
 
--- | What an empty slot's key is.
-noKey :: ByteArray
-noKey = emptyByteArray
-
-noValue :: a
-noValue = errorWithoutStackTrace "weft-kv: an empty slot of a key table was read"
+noCell :: a
+noCell = errorWithoutStackTrace "weft-kv: a key table's slot has no cell"
 
 -- | How many keys the table holds. The one function that may run on
 -- another color (Note [A color's table]).
@@ -160,19 +166,32 @@ tableFind (Table ref) h0 key = do
         x <- readPrimArray (tabHashes t) i
         if x == 0 then return (-1)
         else if x == h then do
-          k <- readArray (tabKeys t) i
-          if sameKey k key then return i else go ((i + 1) .&. mask)
+          slot <- readArray (tabCells t) i >>= readMutVar
+          case slot of
+            Slot k _ | sameKey k key -> return i
+            _ -> go ((i + 1) .&. mask)
         else go ((i + 1) .&. mask)
   go (homeSlot mask h)
 
 -- | The entry in a slot 'tableFind' returned.
 tableValue :: Table a -> Int -> IO a
-tableValue (Table ref) i = readIORef ref >>= \t -> readArray (tabValues t) i >>= readMutVar
+tableValue (Table ref) i = do
+  t <- readIORef ref
+  slot <- readArray (tabCells t) i >>= readMutVar
+  case slot of
+    Slot _ v -> return v
+    Vacant -> errorWithoutStackTrace "weft-kv: a vacant slot of a key table was read"
 {-# INLINE tableValue #-}
 
 -- | Replace the entry in a slot 'tableFind' returned; the key stays.
 tableSet :: Table a -> Int -> a -> IO ()
-tableSet (Table ref) i !v = readIORef ref >>= \t -> readArray (tabValues t) i >>= \cell -> writeMutVar cell v
+tableSet (Table ref) i !v = do
+  t <- readIORef ref
+  cell <- readArray (tabCells t) i
+  slot <- readMutVar cell
+  case slot of
+    Slot k _ -> writeMutVar cell (Slot k v)
+    Vacant -> errorWithoutStackTrace "weft-kv: a vacant slot of a key table was written"
 {-# INLINE tableSet #-}
 
 -- | Add a key that is not in the table (the caller has just looked for
@@ -193,8 +212,7 @@ tableInsert (Table ref) h0 key !v = do
   i <- freeSlot t h
   old <- readPrimArray (tabHashes t) i
   writePrimArray (tabHashes t) i h
-  writeArray (tabKeys t) i k
-  newMutVar v >>= writeArray (tabValues t) i
+  readArray (tabCells t) i >>= \cell -> writeMutVar cell (Slot k v)
   bump t liveCount 1
   when (old == 0) (bump t usedCount 1)
 
@@ -218,8 +236,7 @@ tableDelete (Table ref) i = do
   if next == 0
     then writePrimArray (tabHashes t) i 0 >> bump t usedCount (-1)
     else writePrimArray (tabHashes t) i 1
-  writeArray (tabKeys t) i noKey
-  writeArray (tabValues t) i noValue
+  readArray (tabCells t) i >>= \cell -> writeMutVar cell Vacant
   bump t liveCount (-1)
   live <- readPrimArray (tabCounts t) liveCount
   let cap = mask + 1
@@ -231,22 +248,28 @@ bump t which d = readPrimArray (tabCounts t) which >>= writePrimArray (tabCounts
 {-# INLINE bump #-}
 
 -- | The table's keys and entries in a new table of the given capacity,
--- without tombstones.
+-- without tombstones. The cells of the keys move; the other slots get
+-- new ones.
 rehash :: Tab a -> Int -> IO (Tab a)
 rehash t cap = do
-  t' <- newTab cap
-  let go :: Int -> Int -> IO Int
-      go !i !n
+  t' <- bareTab cap
+  let move :: Int -> Int -> IO Int
+      move !i !n
         | i > tabMask t = return n
         | otherwise = do
             h <- readPrimArray (tabHashes t) i
-            if vacant h then go (i + 1) n else do
+            if vacant h then move (i + 1) n else do
               j <- freeSlot t' h
               writePrimArray (tabHashes t') j h
-              readArray (tabKeys t) i >>= writeArray (tabKeys t') j
-              readArray (tabValues t) i >>= writeArray (tabValues t') j
-              go (i + 1) (n + 1)
-  n <- go 0 (0 :: Int)
+              readArray (tabCells t) i >>= writeArray (tabCells t') j
+              move (i + 1) (n + 1)
+      fill :: Int -> IO ()
+      fill !j = when (j < cap) $ do
+        h <- readPrimArray (tabHashes t') j
+        when (h == 0) (newMutVar Vacant >>= writeArray (tabCells t') j)
+        fill (j + 1)
+  n <- move 0 0
+  fill 0
   writePrimArray (tabCounts t') liveCount n
   writePrimArray (tabCounts t') usedCount n
   return t'
@@ -260,11 +283,10 @@ tableFold f z0 (Table ref) = do
       go !i !z
         | i > tabMask t = return z
         | otherwise = do
-            h <- readPrimArray (tabHashes t) i
-            if vacant h then go (i + 1) z else do
-              k <- readArray (tabKeys t) i
-              v <- readArray (tabValues t) i >>= readMutVar
-              go (i + 1) (f z (keyString k) v)
+            slot <- readArray (tabCells t) i >>= readMutVar
+            case slot of
+              Slot k v -> go (i + 1) (f z (keyString k) v)
+              Vacant -> go (i + 1) z
   go 0 z0
 
 -- | Remove every key.
