@@ -82,7 +82,9 @@ soonArgs = 256
 -- operation of a single-key command, or the keys, operations and their
 -- positions among the command's keys, of a multi-key command.
 data Work
-  = Work !Int !ByteString KeyOp
+  = Work !Int !Int !ByteString KeyOp
+    -- ^ a single-key command: its number, its key's hash ('keyHash'), its
+    -- key and operation
   | WorkParts !Int [(Int, ByteString, KeyOp)]
   | WorkAll !Int [(ByteString, KeyOp)] ([Reply] -> Plan)
     -- ^ A multi-key command whose keys all have this color: its parts
@@ -156,7 +158,7 @@ dispatch env c (Held cmds0 malformed) = do
 keyWork :: Env -> Conn -> Int -> Plan -> Groups -> IO Groups
 keyWork env c s p groups = case p of
   Answer r -> groups <$ place c s (encodeReplyChunks r)
-  OnKey key op -> return (add (colorOf key) (Work s key op) groups)
+  OnKey key op -> let !h = keyHash key in return (add (hashColor (envStore env) h) (Work s h key op) groups)
   OnKeys parts joinParts -> keyWork env c s (Steps parts (Answer . joinParts)) groups
   Steps [] joinParts -> keyWork env c s (joinParts []) groups
   Steps parts@((key0, _) : more) joinParts
@@ -248,20 +250,21 @@ runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
   now <- readNow
   let arm = armExpiry env
-      runOne key op = runKeyOp (envStore env) arm now key op
+      runOne h key op = runKeyOp (envStore env) arm now h key op
+      runKey key = runOne (keyHash key) key
       -- The results, latest first; flushing colors but the last have
       -- nothing to answer.
       go acc [] = return acc
       go acc (w : rest) = case w of
-        Work s key op -> do
-          r <- runOne key op
+        Work s h key op -> do
+          r <- runOne h key op
           let !chunks = encodeReplyChunks r
           go (Whole s chunks : acc) rest
         WorkParts s ps -> do
-          rs <- mapM (\(i, key, op) -> (,) i <$> runOne key op) ps
+          rs <- mapM (\(i, key, op) -> (,) i <$> runKey key op) ps
           go (Parts s rs : acc) rest
         WorkAll s ps joinParts -> do
-          r <- mapM (uncurry runOne) ps >>= finish s . joinParts
+          r <- mapM (uncurry runKey) ps >>= finish s . joinParts
           go (r : acc) rest
         WorkFlush s left -> do
           flushColor (envStore env) color
@@ -275,9 +278,9 @@ runWorks env c color works = do
       -- are this color's, else sent on ('Then').
       finish s next = case next of
         Answer r -> let !chunks = encodeReplyChunks r in return (Whole s chunks)
-        OnKey key op | here key -> runOne key op >>= finish s . Answer
-        OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runOne) ps >>= finish s . Answer . joinParts
-        Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runOne) ps >>= finish s . joinParts
+        OnKey key op | here key -> runKey key op >>= finish s . Answer
+        OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . Answer . joinParts
+        Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . joinParts
         _ -> return (Then s next)
       here key = keyColor (envStore env) key == color
   results <- go [] works

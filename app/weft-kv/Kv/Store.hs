@@ -5,6 +5,8 @@
 module Kv.Store
   ( -- * Keys and colors
     keyColor
+  , keyHash
+  , hashColor
   , colorCount
   , validKeyColors
     -- * Values
@@ -82,8 +84,13 @@ colorCount = 65536
 -- | The color of a key in this store: its hash ('keyHash') folded to the
 -- store's number of key colors.
 keyColor :: Store -> ByteString -> Int
-keyColor (Store _ mask) key = keyHash key .&. mask
+keyColor store = hashColor store . keyHash
 {-# INLINE keyColor #-}
+
+-- | The color of a key, given its hash ('keyHash').
+hashColor :: Store -> Int -> Int
+hashColor (Store _ mask) h = h .&. mask
+{-# INLINE hashColor #-}
 
 -- | The hash of a key: a 64-bit FNV-style hash of its bytes, taken eight
 -- at a time (then the tail byte by byte), mixed. Its low 16 bits are the
@@ -264,32 +271,31 @@ newStore n = (\tables -> Store tables (n - 1)) . arrayFromListN n <$> mapM (cons
 validKeyColors :: Int -> Bool
 validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 
--- | Run an operation on a key, at the given time (keys whose deadline is
--- not after it have expired). Must run as an event of the key's color
+-- | Run an operation on a key, given its hash ('keyHash'), at the given
+-- time (keys whose deadline is not after it have expired). Must run as an event of the key's color
 -- (Note [One store per color]). @arm key deadline delay@ registers the
 -- key's expiry timer (the monotonic deadline in milliseconds, the delay in
 -- microseconds) and returns its key; the timer must end up calling
 -- 'expireDue' with that deadline on the key's color. (It takes the key,
 -- so that a caller passes one function for every key, not a closure per
 -- operation.)
-runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> ByteString -> KeyOp -> IO Reply
-runKeyOp (Store tables mask) arm clocks key op = do
-  let !h = keyHash key
-      t = indexArray tables (h .&. mask)
+runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> Int -> ByteString -> KeyOp -> IO Reply
+runKeyOp (Store tables mask) arm clocks h key op = do
+  let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
-  if found < 0 then run t h (-1) Nothing Persistent 0 else do
+  if found < 0 then run t (-1) Nothing Persistent 0 else do
     Entry v e <- tableValue t found
     case e of
       -- A key already past its deadline is gone, whatever its timer says.
       ExpiresAt deadline _
-        | now >= deadline -> tableDelete t found >> run t h (-1) Nothing Persistent 0
-        | otherwise -> run t h found (Just v) e deadline
-      Persistent -> run t h found (Just v) Persistent 0
+        | now >= deadline -> tableDelete t found >> run t (-1) Nothing Persistent 0
+        | otherwise -> run t found (Just v) e deadline
+      Persistent -> run t found (Just v) Persistent 0
   where
     now = nowMono clocks
     -- The key's slot (-1 if it has none), its live value, expiry and
     -- deadline (0 if none).
-    run t h i live expiry deadlineOf = do
+    run t i live expiry deadlineOf = do
       let !(Outcome update reply) = op clocks deadlineOf live
       case update of
         Keep -> return ()
