@@ -22,6 +22,7 @@ import Weft.Timer (TimeoutKey, getSystemTimerManager, registerTimeout)
 
 import Kv.Command
 import Kv.Conn
+import Kv.Out (piece)
 import Kv.Plan (ok)
 import Kv.Resp
 import Kv.Store
@@ -113,7 +114,7 @@ dispatch env c (Held cmds0 malformed) = do
       -- The protocol error, answered in its turn; no more input.
       Just msg -> do
         s <- takeSeq c
-        place c s (encodeReplyChunks (RError msg))
+        place c s (RError msg)
         return (True, groups)
     go k items !groups
       -- The rest waits until this window's replies are out (Note
@@ -122,17 +123,17 @@ dispatch env c (Held cmds0 malformed) = do
     go k items@(cmd : rest) !groups = case plan cmd of
       Surveying op -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
-        if null colors then place c s (encodeReplyChunks (joinSurvey op [])) >> go (k + 1) rest groups else do
+        if null colors then place c s (joinSurvey op []) >> go (k + 1) rest groups else do
           parts <- newIORef (length colors, [])
           go (k + 1) rest (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
       Flushing -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
-        if null colors then place c s (encodeReplyChunks ok) >> go (k + 1) rest groups else do
+        if null colors then place c s ok >> go (k + 1) rest groups else do
           left <- newIORef (length colors)
           go (k + 1) rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
       Answer r -> do
         s <- takeSeq c
-        place c s (encodeReplyChunks r)
+        place c s r
         if isQuit cmd then return (True, groups) else go (k + 1) rest groups
       steps@(Steps {}) -> do
         s <- takeSeq c
@@ -157,7 +158,7 @@ dispatch env c (Held cmds0 malformed) = do
 -- batch's work (an 'Answer' takes its place at once).
 keyWork :: Env -> Conn -> Int -> Plan -> Groups -> IO Groups
 keyWork env c s p groups = case p of
-  Answer r -> groups <$ place c s (encodeReplyChunks r)
+  Answer r -> groups <$ place c s r
   OnKey key op -> let !h = keyHash key in return (add (hashColor (envStore env) h) (Work s h key op) groups)
   OnKeys parts joinParts -> keyWork env c s (Steps parts (Answer . joinParts)) groups
   Steps [] joinParts -> keyWork env c s (joinParts []) groups
@@ -170,7 +171,7 @@ keyWork env c s p groups = case p of
               [ (colorOf key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
         return (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
   -- No command's parts decide on a store-wide step.
-  _ -> groups <$ place c s (encodeReplyChunks (RError "ERR internal error: a store-wide step after a key's"))
+  _ -> groups <$ place c s (RError "ERR internal error: a store-wide step after a key's")
   where colorOf = keyColor (envStore env)
 
 -- | Post each color's share of the work, with the given handler.
@@ -258,8 +259,8 @@ runWorks env c color works = do
       go acc (w : rest) = case w of
         Work s h key op -> do
           r <- runOne h key op
-          let !chunks = encodeReplyChunks r
-          go (Whole s chunks : acc) rest
+          done <- whole s r
+          go (done : acc) rest
         WorkParts s ps -> do
           rs <- mapM (\(i, key, op) -> (,) i <$> runKey key op) ps
           go (Parts s rs : acc) rest
@@ -269,15 +270,15 @@ runWorks env c color works = do
         WorkFlush s left -> do
           flushColor (envStore env) color
           n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
-          go (if n == 0 then Whole s (encodeReplyChunks ok) : acc else acc) rest
+          if n == 0 then whole s ok >>= \done -> go (done : acc) rest else go acc rest
         WorkSurvey s op parts -> do
           part <- surveyColor (envStore env) color now op
-          (n, done) <- atomicModifyIORef' parts (\(n, ps) -> let st = (n - 1, part : ps) in (st, st))
-          go (if n == 0 then Whole s (encodeReplyChunks (joinSurvey op done)) : acc else acc) rest
+          (n, gathered) <- atomicModifyIORef' parts (\(n, ps) -> let st = (n - 1, part : ps) in (st, st))
+          if n == 0 then whole s (joinSurvey op gathered) >>= \done -> go (done : acc) rest else go acc rest
       -- What a multi-key command's parts decided: done here while its keys
       -- are this color's, else sent on ('Then').
       finish s next = case next of
-        Answer r -> let !chunks = encodeReplyChunks r in return (Whole s chunks)
+        Answer r -> whole s r
         OnKey key op | here key -> runKey key op >>= finish s . Answer
         OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . Answer . joinParts
         Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . joinParts
@@ -285,6 +286,11 @@ runWorks env c color works = do
       here key = keyColor (envStore env) key == color
   results <- go [] works
   unless (null results) $ post (envRuntime env) (connColor c) hReply (envResults env c (reverse results))
+
+-- | A command's reply as a result, made ready here (in IO, so that it is
+-- made now, not left as a thunk holding the command's work).
+whole :: Int -> Reply -> IO Result
+whole s r = let !done = piece r in return (Whole s done)
 
 ------------------------------------------------------------------------------
 -- Expiry

@@ -17,7 +17,6 @@ module Kv.Conn
     -- * Counts
   , seqCount
   , nextCount
-  , outSizeCount
   , sentCount
   , getCount
   , setCount
@@ -27,12 +26,12 @@ module Kv.Conn
   , Result (..)
   , takeSeq
   , place
+  , placePiece
   , partsArrived
   ) where
 
 import Control.Monad.Primitive (RealWorld)
 import Data.ByteString (ByteString)
-import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
 import Data.Maybe (isJust)
@@ -42,6 +41,7 @@ import Network.Socket (SockAddr)
 import Weft.Color (FdWatch, Runtime)
 import qualified Weft.Net as Net
 
+import Kv.Out
 import Kv.Plan (Plan)
 import Kv.Resp
 import Kv.Store (Store)
@@ -79,12 +79,13 @@ data Conn = Conn
   , connDecoder :: !(IORef Decoder)
   , connCounts  :: !(MutablePrimArray RealWorld Int)
     -- ^ Unboxed counts, updated for every command and reply: 'seqCount',
-    -- 'nextCount', 'outSizeCount' and 'sentCount'.
+    -- 'nextCount' and 'sentCount'.
   , connEarly   :: !(IORef (IntMap.IntMap Early))
     -- ^ Replies that came before their turn, and multi-key commands
     -- being joined, by sequence number.
-  , connOut     :: !(IORef [ByteString])
-    -- ^ Replies in their turn, not yet sent (latest first).
+  , connOut     :: !Out
+    -- ^ Replies in their turn, not yet sent (Note [Replies in place] in
+    -- "Kv.Out").
   , connStall   :: !(IORef Bool)
     -- ^ A stall check is armed.
   , connPhase   :: !(IORef Phase)
@@ -103,13 +104,12 @@ data Conn = Conn
 
 -- | A connection's counts ('connCounts'): the sequence number the next
 -- command gets; the sequence number of the next reply to send; the bytes
--- of the replies in 'connOut'; the bytes sent so far, which a stall check
--- compares (Note [Output limits] in "Kv.Server").
-seqCount, nextCount, outSizeCount, sentCount :: Int
+-- sent so far, which a stall check compares (Note [Output limits] in
+-- "Kv.Server").
+seqCount, nextCount, sentCount :: Int
 seqCount = 0
 nextCount = 1
-outSizeCount = 2
-sentCount = 3
+sentCount = 2
 
 getCount :: Conn -> Int -> IO Int
 getCount c = readPrimArray (connCounts c)
@@ -144,7 +144,7 @@ andThen (Held cmds _) (Held more malformed) = Held (cmds ++ more) malformed
 
 -- | A reply waiting for its turn.
 data Early
-  = Encoded ![ByteString]
+  = Waiting !Piece
   | Joining !Int !(IntMap.IntMap Reply) ([Reply] -> Plan)
     -- ^ Parts still to come, the parts so far by position, and what the
     -- parts decide (Note [Multi-key commands] in "Kv.Batch").
@@ -170,9 +170,11 @@ data Phase
 -- any order and in parallel. So the connection gives each command a
 -- sequence number ('seqCount') when it decodes it, on the connection's
 -- color. The command runs on its key's color (Note [Batches per color] in
--- "Kv.Batch"), where its reply is encoded and posted back to the
--- connection's color with that number. There, a reply whose number is
--- 'nextCount' goes to the output ('connOut'), followed by any replies
+-- "Kv.Batch"), where its reply is computed and made a 'Piece' (Note
+-- [Replies in place] in "Kv.Out") and posted back
+-- to the connection's color with that number. There, a reply whose
+-- number is 'nextCount' is written to the output ('connOut'), followed
+-- by any replies
 -- that were waiting for it in 'connEarly'; a reply that comes early waits
 -- in 'connEarly'. Replies decided on the
 -- connection's color itself (PING, errors) take the same path at once.
@@ -204,7 +206,7 @@ data Phase
 -- | What a 'Work' answered: a whole command's encoded reply, one color's
 -- parts of a multi-key command, or the next step of a multi-key command
 -- that names keys of other colors.
-data Result = Whole !Int ![ByteString] | Parts !Int [(Int, Reply)] | Then !Int Plan
+data Result = Whole !Int !Piece | Parts !Int [(Int, Reply)] | Then !Int Plan
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do
@@ -230,23 +232,20 @@ partsArrived c s new = do
     _ -> return Nothing
 
 -- | Put a reply in its place (Note [Reply order]).
-place :: Conn -> Int -> [ByteString] -> IO ()
-place c s chunks = do
+place :: Conn -> Int -> Reply -> IO ()
+place c s r = placePiece c s (piece r)
+
+-- | 'place' a reply made ready on another color.
+placePiece :: Conn -> Int -> Piece -> IO ()
+placePiece c s r = do
   next <- getCount c nextCount
   if s /= next
-    then modifyIORef' (connEarly c) (IntMap.insert s (Encoded chunks))
+    then modifyIORef' (connEarly c) (IntMap.insert s (Waiting r))
     else do
-      output chunks
+      outPiece (connOut c) r
       early <- readIORef (connEarly c)
       if IntMap.null early then setCount c nextCount (s + 1) else catchUp early (s + 1)
   where
-    output cs = do
-      out <- readIORef (connOut c)
-      size <- getCount c outSizeCount
-      let push !o !n [] = writeIORef (connOut c) o >> setCount c outSizeCount n
-          push o n (x : xs) = push (x : o) (n + B.length x) xs
-      push out size cs
-    catchUp early n = case IntMap.lookup n early of
-      Just (Encoded cs) -> output cs >> catchUp (IntMap.delete n early) (n + 1)
-      _ -> writeIORef (connEarly c) early >> setCount c nextCount n
-
+    catchUp early k = case IntMap.lookup k early of
+      Just (Waiting r') -> outPiece (connOut c) r' >> catchUp (IntMap.delete k early) (k + 1)
+      _ -> writeIORef (connEarly c) early >> setCount c nextCount k

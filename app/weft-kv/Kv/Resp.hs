@@ -31,9 +31,14 @@ module Kv.Resp
     -- * Replies
   , Reply (..)
   , encodeReply
-  , encodeReplyChunks
+  , plainSize
+  , replySize
+  , headerSize
+  , writeReply
+  , writeBulkHeader
+  , writeArrayHeader
+  , writeCrlf
   , showInt
-  , joinLatestFirst
   , sharedBulkBytes
   , decodeReply
   , readInteger
@@ -41,7 +46,6 @@ module Kv.Resp
 
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Weft.Net (byteAt)
@@ -350,82 +354,73 @@ data Reply
 
 -- | The bytes of a reply, in one string of exactly its size.
 encodeReply :: Reply -> ByteString
-encodeReply r = BI.unsafeCreate (size r) (\p -> () <$ write p r)
-  where
-    size (RSimple s) = B.length s + 3
-    size (RError s) = B.length s + 3
-    size (RInt n) = decimalLength n + 3
-    size (RBulk s) = decimalLength (B.length s) + B.length s + 5
-    size RNil = 5
-    size (RArray xs) = elemsSize 0 0 xs
-    size RNilArray = 5
+encodeReply r = BI.unsafeCreate (replySize r) (\p -> () <$ writeReply p r)
 
+-- | The size of a reply's bytes.
+replySize :: Reply -> Int
+replySize r = case r of
+  RSimple s -> B.length s + 3
+  RError s -> B.length s + 3
+  RInt n -> decimalLength n + 3
+  RBulk s -> headerSize (B.length s) + B.length s + 2
+  RNil -> 5
+  RArray xs -> elemsSize 0 0 xs
+  RNilArray -> 5
+  where
     -- An array's header and elements in one strict pass.
     elemsSize :: Int -> Int -> [Reply] -> Int
-    elemsSize !n !acc [] = decimalLength n + 3 + acc
-    elemsSize n acc (x : rest) = elemsSize (n + 1) (acc + size x) rest
+    elemsSize !n !acc [] = headerSize n + acc
+    elemsSize n acc (x : rest) = elemsSize (n + 1) (acc + replySize x) rest
 
-    write :: Ptr Word8 -> Reply -> IO (Ptr Word8)
-    write p (RSimple s) = poke p 43 >> copy (p `plusPtr` 1) s >>= crlf
-    write p (RError s) = poke p 45 >> copy (p `plusPtr` 1) s >>= crlf
-    write p (RInt n) = poke p 58 >> decimal (p `plusPtr` 1) n >>= crlf
-    write p (RBulk s) = do
-      poke p 36
-      q <- decimal (p `plusPtr` 1) (B.length s) >>= crlf
-      copy q s >>= crlf
-    write p RNil = copy p "$-1\r\n"
-    write p (RArray xs) = do
-      poke p 42
-      q <- decimal (p `plusPtr` 1) (length xs) >>= crlf
-      let elems !at [] = return at
-          elems at (x : rest) = write at x >>= \at' -> elems at' rest
-      elems q xs
-    write p RNilArray = copy p "*-1\r\n"
+-- | The size of a bulk string's or an array's header (@$N\r\n@, @*N\r\n@).
+headerSize :: Int -> Int
+headerSize n = decimalLength n + 3
 
-    -- (Not withForeignPtr: Note [Reading bytes without keepAlive#].)
-    copy p (BI.PS fp off len) = do
-      unsafeWithForeignPtr fp (\src -> copyBytes p (src `plusPtr` off) len)
-      return (p `plusPtr` len)
-    crlf p = poke p (13 :: Word8) >> poke (p `plusPtr` 1) (10 :: Word8) >> return (p `plusPtr` 2)
-
--- | A reply as strings to send one after another: the bytes of
--- 'encodeReply', except that bulk strings of 'sharedBulkBytes' or more are
--- referenced, not copied. So replies that carry one large stored value
--- share its memory instead of each holding a copy of it. The commonest
--- replies (OK, PONG, the missing bulk string) are encoded once, for good.
--- Every string is encoded when the list is (the list is spine- and
--- element-strict), so that a reply is encoded on the color that computed
--- it, not left as a thunk for the connection's color.
-encodeReplyChunks :: Reply -> [ByteString]
-encodeReplyChunks r = case r of
-  RSimple s | s == "OK" -> okChunks
-            | s == "PONG" -> pongChunks
-  RNil -> nilChunks
-  _ | large r -> go r []
-    | otherwise -> let !b = encodeReply r in [b]
+-- | Write a reply's bytes; returns their end.
+writeReply :: Ptr Word8 -> Reply -> IO (Ptr Word8)
+writeReply p r = case r of
+  RSimple s -> poke p 43 >> copy (p `plusPtr` 1) s >>= writeCrlf
+  RError s -> poke p 45 >> copy (p `plusPtr` 1) s >>= writeCrlf
+  RInt n -> poke p 58 >> decimal (p `plusPtr` 1) n >>= writeCrlf
+  RBulk s -> writeBulkHeader p (B.length s) >>= \q -> copy q s >>= writeCrlf
+  RNil -> copy p "$-1\r\n"
+  RArray xs -> do
+    q <- writeArrayHeader p (length xs)
+    let elems !at [] = return at
+        elems at (x : rest) = writeReply at x >>= \at' -> elems at' rest
+    elems q xs
+  RNilArray -> copy p "*-1\r\n"
   where
-    large (RBulk s) = B.length s >= sharedBulkBytes
-    large (RArray xs) = any large xs
-    large _ = False
-    go (RBulk s) rest
-      | B.length s >= sharedBulkBytes =
-          let !h = C.pack ('$' : show (B.length s) ++ "\r\n") in h : s : "\r\n" : rest
-    go (RArray xs) rest =
-      let !h = C.pack ('*' : show (length xs) ++ "\r\n")
-          !more = foldr go rest xs
-      in h : more
-    go x rest = let !b = encodeReply x in b : rest
+    -- (Not withForeignPtr: Note [Reading bytes without keepAlive#].)
+    copy q (BI.PS fp off len) = do
+      unsafeWithForeignPtr fp (\src -> copyBytes q (src `plusPtr` off) len)
+      return (q `plusPtr` len)
 
-okChunks, pongChunks, nilChunks :: [ByteString]
-okChunks = [encodeReply (RSimple "OK")]
-pongChunks = [encodeReply (RSimple "PONG")]
-nilChunks = [encodeReply RNil]
-{-# NOINLINE okChunks #-}
-{-# NOINLINE pongChunks #-}
-{-# NOINLINE nilChunks #-}
+-- | Write @$N\r\n@, @*N\r\n@, @\r\n@; each returns the end.
+writeBulkHeader, writeArrayHeader :: Ptr Word8 -> Int -> IO (Ptr Word8)
+writeBulkHeader p n = poke p (36 :: Word8) >> decimal (p `plusPtr` 1) n >>= writeCrlf
+writeArrayHeader p n = poke p (42 :: Word8) >> decimal (p `plusPtr` 1) n >>= writeCrlf
+
+writeCrlf :: Ptr Word8 -> IO (Ptr Word8)
+writeCrlf p = poke p (13 :: Word8) >> poke (p `plusPtr` 1) (10 :: Word8) >> return (p `plusPtr` 2)
+
+-- | The size of a reply that has no bulk string of 'sharedBulkBytes' or
+-- more, else -1. One walk, which evaluates the reply whole: computed on
+-- the color that computed the reply, it leaves no work (or old values)
+-- to the color that sends it.
+plainSize :: Reply -> Int
+plainSize r = case r of
+  RBulk s | B.length s >= sharedBulkBytes -> -1
+  RArray xs -> elems 0 0 xs
+  _ -> replySize r
+  where
+    elems :: Int -> Int -> [Reply] -> Int
+    elems !n !acc [] = if acc < 0 then -1 else headerSize n + acc
+    elems n acc (x : rest) =
+      let k = plainSize x in elems (n + 1) (if k < 0 || acc < 0 then -1 else acc + k) rest
 
 -- | Bulk strings from this size on (16 KiB) are sent from where they are
--- stored ('encodeReplyChunks').
+-- stored (Note [Replies in place] in "Kv.Out").
 sharedBulkBytes :: Int
 sharedBulkBytes = 16384
 
@@ -446,19 +441,6 @@ digitCount m = go 1 10
 -- | The absolute value, which for 'minBound' (-2^63) only a 'Word64' holds.
 magnitude :: Int -> Word64
 magnitude n = if n < 0 then negate (fromIntegral n) else fromIntegral n
-
--- | @joinLatestFirst n strings@: the strings, which are given latest
--- first and are @n@ bytes in all, joined in order into one string. Copies
--- each from the end backwards, so the list needs no reversing.
-joinLatestFirst :: Int -> [ByteString] -> ByteString
-joinLatestFirst total strings = BI.unsafeCreate total (\p -> go (p `plusPtr` total) strings)
-  where
-    go :: Ptr Word8 -> [ByteString] -> IO ()
-    go _ [] = return ()
-    go end (BI.PS fp off len : rest) = do
-      let at = end `plusPtr` negate len
-      unsafeWithForeignPtr fp (\src -> copyBytes at (src `plusPtr` off) len)
-      go at rest
 
 -- | An integer in decimal, as redis stores and writes it.
 showInt :: Int -> ByteString

@@ -36,6 +36,7 @@ import Weft.Timer (getSystemTimerManager, registerTimeout)
 
 import Kv.Batch
 import Kv.Conn
+import Kv.Out
 import Kv.Resp
 import Kv.Store (newStore)
 
@@ -145,10 +146,6 @@ runServer cfg addr = do
 flushBytes :: Int
 flushBytes = 65536
 
--- | Output up to this size is sent as one string ('flush').
-joinBytes :: Int
-joinBytes = 16384
-
 -- | Stop reading at this many outstanding commands...
 maxInFlight :: Int
 maxInFlight = 4096
@@ -200,10 +197,10 @@ adopt env (sock, peer) = do
   case w of
     Left (_ :: IOException) -> Net.close sock
     Right fw -> do
-      counts <- newPrimArray 4
-      setPrimArray counts 0 4 0
+      counts <- newPrimArray 3
+      setPrimArray counts 0 3 0
       c <- Conn sock peer fw color <$> newIORef newDecoder <*> pure counts
-             <*> newIORef IntMap.empty <*> newIORef [] <*> newIORef False <*> newIORef Open
+             <*> newIORef IntMap.empty <*> newOut <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
@@ -265,7 +262,7 @@ resultsArrived env c results = do
     Closed -> return ()
     _ -> do
       forM_ results $ \r -> case r of
-        Whole s chunks -> place c s chunks
+        Whole s done -> placePiece c s done
         Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
         Then s next -> continuePlan env c s next
       settle env c
@@ -276,7 +273,7 @@ settle :: Env -> Conn -> IO ()
 settle env c = do
   resumeHeld env c
   outstanding0 <- outstandingCount c
-  size <- getCount c outSizeCount
+  size <- outWaiting (connOut c)
   writing <- readIORef (connWriting c)
   when (size > 0 && not writing && (outstanding0 == 0 || size >= flushBytes)) $ do
     flush env c
@@ -286,7 +283,7 @@ settle env c = do
   held <- holding <$> readIORef (connHeld c)
   outstanding <- outstandingCount c
   phase <- readIORef (connPhase c)
-  size' <- getCount c outSizeCount
+  size' <- outWaiting (connOut c)
   writing' <- readIORef (connWriting c)
   case phase of
     Closed -> return ()
@@ -310,7 +307,7 @@ resumeHeld env c = do
     outstanding <- outstandingCount c
     phase <- readIORef (connPhase c)
     let live = case phase of Open -> True; Finishing _ -> True; _ -> False
-    size <- getCount c outSizeCount
+    size <- outWaiting (connOut c)
     -- Replies waiting to be sent hold back the next window too (Note
     -- [Back-pressure on large replies] in "Kv.Conn").
     when (live && outstanding == 0 && size < maxOutBytes) $ do
@@ -322,23 +319,15 @@ resumeHeld env c = do
 -- when writable.
 flush :: Env -> Conn -> IO ()
 flush env c = do
-  out <- readIORef (connOut c)
-  size <- getCount c outSizeCount
-  -- Small output (a pipeline's replies are often a few bytes each) is
-  -- joined into one string: one plain send, one copy in the kernel.
-  let chunks = case out of
-        [_] -> out
-        _ | size <= joinBytes -> [joinLatestFirst size out]
-          | otherwise -> reverse out
+  chunks <- outChunks (connOut c)
   r <- sendChunks (connSocket c) chunks
   case r of
     Left () -> closeConn env c
     Right sent -> do
-      let rest = Net.dropBytes sent chunks
-      writeIORef (connOut c) (reverse rest)
-      addCount c outSizeCount (negate sent)
+      outSent (connOut c) sent
       addCount c sentCount sent
-      unless (null rest) $ do
+      left <- outWaiting (connOut c)
+      when (left > 0) $ do
         writeIORef (connWriting c) True
         armStall env c
         watch env c (rearmWrite (connWatch c))
@@ -353,7 +342,7 @@ writable env c = do
     Closed -> return ()
     _ | not writing -> return ()
     _ -> do
-      size <- getCount c outSizeCount
+      size <- outWaiting (connOut c)
       when (size > 0) (flush env c)
       settle env c
 
@@ -423,7 +412,7 @@ closeConn env c = do
     Closed -> return ()
     _ -> do
       writeIORef (connPhase c) Closed
-      writeIORef (connOut c) []
+      outClear (connOut c)
       writeIORef (connEarly c) IntMap.empty
       forget env c
       Net.close (connSocket c)
