@@ -977,7 +977,7 @@ serverSpec = do
 
   it "stores and returns values larger than a read, alone and in arrays" $ \addr -> withClient addr $ \c -> do
     -- At the 65536-byte limit of this server: several reads to receive,
-    -- and sent from the store without copies (Kv.Resp.encodeReplyChunks).
+    -- and sent from the store without copies (Note [Replies in place] in Kv.Out).
     let big = B.pack (take 65536 (cycle [0 .. 250]))
     cmd c ["SET", "big", big] `shouldReturn` ok
     run c [["GET", "big"], ["MGET", "big", "none", "big"], ["PING"]]

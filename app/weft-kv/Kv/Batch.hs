@@ -159,7 +159,10 @@ dispatch env c (Held cmds0 malformed) = do
 keyWork :: Env -> Conn -> Int -> Plan -> Groups -> IO Groups
 keyWork env c s p groups = case p of
   Answer r -> groups <$ place c s r
-  OnKey key op -> let !h = keyHash key in return (add (hashColor (envStore env) h) (Work s h key op) groups)
+  OnKey key op -> do
+    let !h = keyHash key
+    prefetchKey (envStore env) h
+    return (add (hashColor (envStore env) h) (Work s h key op) groups)
   OnKeys parts joinParts -> keyWork env c s (Steps parts (Answer . joinParts)) groups
   Steps [] joinParts -> keyWork env c s (joinParts []) groups
   Steps parts@((key0, _) : more) joinParts

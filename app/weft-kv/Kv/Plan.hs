@@ -54,7 +54,7 @@ data Plan
     -- (Note [Multi-key commands] in "Kv.Batch").
   | Surveying Survey
     -- ^ A read of every key, once the connection's earlier commands have
-    -- run (Note [Store-wide commands] in "Kv.Server").
+    -- run (Note [Store-wide commands] in "Kv.Batch").
   | Flushing
     -- ^ Delete every key, on every key color.
 

@@ -30,6 +30,7 @@ module Kv.Store
   , Store
   , newStore
   , runKeyOp
+  , prefetchKey
   , surveyColor
   , joinSurvey
   , occupiedColors
@@ -248,7 +249,7 @@ data Update
     -- ^ The key (which must exist) expires at this monotonic deadline in
     -- milliseconds; at once if it is not in the future.
 
--- | A read of every key (Note [Store-wide commands] in "Kv.Server").
+-- | A read of every key (Note [Store-wide commands] in "Kv.Batch").
 data Survey
   = CountKeys
     -- ^ How many live keys: 'RInt'.
@@ -270,6 +271,12 @@ newStore n = (\tables -> Store tables (n - 1)) . arrayFromListN n <$> mapM (cons
 -- | Can a store spread its keys over this many colors?
 validKeyColors :: Int -> Bool
 validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
+
+-- | A hint that a key, given its hash, is about to be looked up (Note
+-- [Looking ahead] in "Kv.Table"). May run on any color.
+prefetchKey :: Store -> Int -> IO ()
+prefetchKey (Store tables mask) h = tablePrefetch (indexArray tables (h .&. mask)) h
+{-# INLINE prefetchKey #-}
 
 -- | Run an operation on a key, given its hash ('keyHash'), at the given
 -- time (keys whose deadline is not after it have expired). Must run as an event of the key's color

@@ -14,6 +14,7 @@ module Kv.Table
   , tableFold
   , tableClear
   , tableCapacity
+  , tablePrefetch
   ) where
 
 import Control.Monad (when)
@@ -29,7 +30,7 @@ import Data.Primitive.PrimArray
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Ptr (Ptr, plusPtr)
-import GHC.Exts (ByteArray#, Int (..), Ptr (..), copyAddrToByteArray#, newByteArray#, unsafeFreezeByteArray#)
+import GHC.Exts (ByteArray#, Int (..), Ptr (..), copyAddrToByteArray#, newByteArray#, prefetchMutableByteArray0#, unsafeFreezeByteArray#)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import GHC.IO (IO (..))
 
@@ -64,6 +65,15 @@ import GHC.IO (IO (..))
 -- bits (they are the color). The load, counting tombstones, stays at
 -- most three quarters, so a probe always ends at an empty slot. An index
 -- returned by 'tableFind' stays valid until the next insert or delete.
+--
+-- Note [Looking ahead]
+-- ~~~~~~~~~~~~~~~~~~~~
+-- A read's commands are grouped by color on the connection's color, and
+-- run later on their keys' colors. The grouping knows each key's hash,
+-- so it asks for the line of hashes the key's lookup will start at
+-- ('tablePrefetch'); by the time the key's color runs the command, the
+-- first of the lookup's cache misses has been paid while the
+-- connection's color went on decoding and grouping.
 --
 -- Note [Slots in cells]
 -- ~~~~~~~~~~~~~~~~~~~~~
@@ -154,6 +164,17 @@ vacant x = x == 0 || x == 1
 homeSlot :: Int -> Int -> Int
 homeSlot mask h = fromIntegral ((fromIntegral h :: Word) `unsafeShiftR` 16) .&. mask
 {-# INLINE homeSlot #-}
+
+-- | Start loading the line of the table's hashes where a key's probe
+-- starts, for a lookup soon after (Note [Looking ahead]). A hint only:
+-- it reads the table as another color may be changing it, and writes
+-- nothing.
+tablePrefetch :: Table a -> Int -> IO ()
+tablePrefetch (Table ref) h0 = do
+  t <- readIORef ref
+  case tabHashes t of
+    MutablePrimArray m -> case homeSlot (tabMask t) (storedHash h0) * 8 of
+      I# off -> IO (\s -> (# prefetchMutableByteArray0# m off s, () #))
 
 -- | The slot of a key, given its hash, or -1 if it is not in the table.
 tableFind :: Table a -> Int -> ByteString -> IO Int
