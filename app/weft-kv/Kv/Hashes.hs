@@ -44,18 +44,24 @@ hsetCommand (k : fvs)
   | odd (length fvs) = Answer (RError "ERR wrong number of arguments for 'hset' command")
   | otherwise = OnKey k (hsetOp (pairs fvs))
   where
-    pairs (f : x : rest) = (B.copy f, B.copy x) : pairs rest
+    pairs (f : x : rest) = (f, B.copy x) : pairs rest
     pairs _ = []
 hsetCommand [] = Answer syntaxError
 
+-- | HSET and HMSET, given the fields as slices of the request and the
+-- values copied: a field already in the hash keeps the string it is
+-- stored under, and only a new one is copied in.
 hsetOp :: [(ByteString, ByteString)] -> KeyOp
 hsetOp fvs _ _ v = case v of
   Nothing -> set Map.empty
   Just (VHash h) -> set h
   Just _ -> Outcome Keep wrongType
   where
-    set h = let h' = foldl (\m (f, x) -> Map.insert f x m) h fvs
+    set h = let h' = foldl put h fvs
             in Outcome (Replace (VHash h')) (RInt (Map.size h' - Map.size h))
+    put m (f, x)
+      | Map.member f m = Map.adjust (const x) f m
+      | otherwise = Map.insert (B.copy f) x m
 
 hgetOp :: ByteString -> KeyOp
 hgetOp f _ _ v = Outcome Keep $ case v of

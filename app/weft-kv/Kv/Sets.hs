@@ -23,7 +23,7 @@ import Kv.Store
 -- | The commands of this module, for "Kv.Command"'s table.
 setCommands :: [Command]
 setCommands =
-  [ ("SADD", (AtLeast 2, \(k : ms) -> OnKey k (saddOp (map B.copy ms))))
+  [ ("SADD", (AtLeast 2, \(k : ms) -> OnKey k (saddOp ms)))
   , ("SPOP", (Between 1 2, spopCommand))
   , ("SCARD", (Exactly 1, \[k] -> OnKey k scardOp))
   , ("SRANDMEMBER", (AtLeast 1, \(k : rest) -> randomArgs Nothing rest (\c _ -> OnKey k (srandmemberOp c))))
@@ -41,14 +41,17 @@ setCommands =
   , ("SMOVE", (Exactly 3, \[src, dst, m] -> smoveCommand src dst m))
   ]
 
+-- | SADD. The members are slices of the request: only those not in the
+-- set are copied in, and a set that gains none stays as it is.
 saddOp :: [ByteString] -> KeyOp
 saddOp ms _ _ v = case v of
   Nothing -> add Set.empty
   Just (VSet s) -> add s
   Just _ -> Outcome Keep wrongType
   where
-    add s = let s' = foldr Set.insert s ms
-            in Outcome (Replace (VSet s')) (RInt (Set.size s' - Set.size s))
+    add s = let s' = foldr (\m acc -> if Set.member m acc then acc else Set.insert (B.copy m) acc) s ms
+                added = Set.size s' - Set.size s
+            in Outcome (if added == 0 && not (Set.null s) then Keep else Replace (VSet s')) (RInt added)
 
 -- | SPOP key [count]
 spopCommand :: [ByteString] -> Plan
