@@ -93,9 +93,11 @@ zaddCommand (k : rest0) = options (ZAddFlags False False False False False False
           Nothing -> Answer (RError "ERR value is not a valid float")
     pairs (s : m : more) = (s, m) : pairs more
     pairs _ = []
-    score (s, m) = (\d -> (d, B.copy m)) <$> readDouble s
+    score (s, m) = (\d -> (d, m)) <$> readDouble s
 zaddCommand [] = Answer syntaxError
 
+-- | ZADD, given the members as slices of the request: a member is
+-- copied in only when it is added or its score changes.
 zaddOp :: ZAddFlags -> [(Double, ByteString)] -> KeyOp
 zaddOp f ps _ _ v = case v of
   Nothing | zXx f -> Outcome Keep (reply 0 0 Nothing)
@@ -113,12 +115,12 @@ zaddOp f ps _ _ v = case v of
             | isNaN new -> Outcome (if added + updated > 0 then Replace (VZSet z) else Keep)
                                    (RError "ERR resulting score is not a number (NaN)")
             | (zLt f && new >= old) || (zGt f && new <= old) -> go z added updated lastScore more
-            | new /= old -> go (zsetPut m new (Just old) z) added (updated + 1) (Just new) more
+            | new /= old -> go (zsetPut (B.copy m) new (Just old) z) added (updated + 1) (Just new) more
             | otherwise -> go z added updated (Just new) more
             where new = if zIncr f then s + old else s
           Nothing
             | zXx f -> go z added updated lastScore more
-            | otherwise -> go (zsetPut m s Nothing z) (added + 1) updated (Just s) more
+            | otherwise -> go (zsetPut (B.copy m) s Nothing z) (added + 1) updated (Just s) more
     reply :: Int -> Int -> Maybe Double -> Reply
     reply added updated lastScore
       | zIncr f = maybe RNil (RBulk . formatDouble) lastScore
