@@ -12,7 +12,6 @@ module Kv.Out
   , outChunks
   , outSent
   , outClear
-  , outBufferBytes
   ) where
 
 import Control.Monad (when)
@@ -57,9 +56,10 @@ import Kv.Resp (Reply (..), headerSize, plainSize, sharedBulkBytes, writeArrayHe
 -- written again from its start only once everything is sent, and a
 -- reply that does not fit in the room left closes the run and moves to a
 -- new buffer (large enough for it), leaving the old one to the slices.
--- After everything is sent, a buffer grown beyond 'keptBytes' is let go,
--- so a connection keeps at most that much between bursts of large
--- replies.
+-- A connection starts with 'outBufferBytes' (redis keeps 16 KiB per
+-- client); after everything is sent, a buffer grown beyond 'keptBytes' is
+-- let go, so a connection keeps at most that much between bursts of
+-- large replies.
 
 -- | A connection's output.
 data Out = Out
@@ -70,11 +70,13 @@ data Out = Out
     -- ^ 'capacity', 'openFrom', 'end' and 'waiting'.
   }
 
+-- | The marks: the buffer's size; where the open run starts; where the
+-- next reply goes; the bytes not yet sent (closed chunks and open run).
 capacity, openFrom, end, waiting :: Int
-capacity = 0   -- ^ the buffer's size
-openFrom = 1   -- ^ where the open run starts
-end = 2        -- ^ where the next reply goes
-waiting = 3    -- ^ the bytes not yet sent, closed chunks and open run
+capacity = 0
+openFrom = 1
+end = 2
+waiting = 3
 
 -- | The size of a new connection's buffer.
 outBufferBytes :: Int
