@@ -23,13 +23,12 @@ import Data.Primitive.PrimArray
 import Data.Word (Word8)
 import Control.Monad.Primitive (RealWorld)
 import Foreign.ForeignPtr (ForeignPtr)
-import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, plusPtr)
 import GHC.ForeignPtr (mallocPlainForeignPtrBytes, unsafeWithForeignPtr)
 
 import qualified Weft.Net as Net
 
-import Kv.Resp (Reply (..), headerSize, plainSize, sharedBulkBytes, writeArrayHeader, writeBulkHeader, writeCrlf, writeReply)
+import Kv.Resp (Reply (..), encodeSized, headerSize, plainSize, sharedBulkBytes, writeArrayHeader, writeBulkHeader, writeBytes, writeCrlf, writeReply)
 
 -- Note [Replies in place]
 -- ~~~~~~~~~~~~~~~~~~~~~~~
@@ -114,7 +113,7 @@ data Piece = Measured !Int !Reply | Encoded !ByteString
 -- | A reply as a 'Piece'.
 piece :: Reply -> Piece
 piece r = case r of
-  RArray _ | n >= 0 -> Encoded (BI.unsafeCreate n (\p -> () <$ writeReply p r))
+  RArray _ | n >= 0 -> Encoded (encodeSized n r)
   _ -> Measured n r
   where n = plainSize r
 
@@ -122,38 +121,35 @@ piece r = case r of
 outPiece :: Out -> Piece -> IO ()
 outPiece o (Measured n r) = measured o n r
 outPiece o (Encoded bs)
-  | B.length bs >= sharedBulkBytes = close o >> modifyIORef' (outClosed o) (bs :) >> bump o waiting (B.length bs)
-  | otherwise = do
-      let n = B.length bs
-      room o n
-      write o n (\p -> unsafeWithForeignPtr fp (\src -> copyBytes p (src `plusPtr` off) n) >> return (p `plusPtr` n))
-  where BI.PS fp off _ = bs
+  | B.length bs >= sharedBulkBytes = reference o bs
+  | otherwise = put o (B.length bs) (`writeBytes` bs)
 
 -- | Append a reply of the given 'plainSize'.
 measured :: Out -> Int -> Reply -> IO ()
 measured o n r
   | n < 0 = shared o r
-  | otherwise = room o n >> write o n (\p -> writeReply p r)
+  | otherwise = put o n (`writeReply` r)
 
 -- | A reply with large bulk strings: the small parts written, the large
 -- strings referenced.
 shared :: Out -> Reply -> IO ()
 shared o r = case r of
   RBulk s | B.length s >= sharedBulkBytes -> do
-    let h = headerSize (B.length s)
-    room o h
-    write o h (\p -> writeBulkHeader p (B.length s))
-    close o
-    modifyIORef' (outClosed o) (s :)
-    bump o waiting (B.length s)
-    room o 2
-    write o 2 writeCrlf
+    put o (headerSize (B.length s)) (`writeBulkHeader` B.length s)
+    reference o s
+    put o 2 writeCrlf
   RArray xs -> do
-    let h = headerSize (length xs)
-    room o h
-    write o h (\p -> writeArrayHeader p (length xs))
+    put o (headerSize (length xs)) (`writeArrayHeader` length xs)
     mapM_ (\x -> measured o (plainSize x) x) xs
   _ -> measured o (plainSize r) r
+
+-- | Send a string from where it is: the open run is closed, and the
+-- string follows it.
+reference :: Out -> ByteString -> IO ()
+reference o bs = do
+  close o
+  modifyIORef' (outClosed o) (bs :)
+  bump o waiting (B.length bs)
 
 -- | Make room for n more bytes in the open run: a new buffer if the
 -- current one has not that much left.
@@ -172,15 +168,16 @@ room o n = do
     setMark o openFrom 0
     setMark o end 0
 
--- | Write n bytes at the end of the open run (there is room).
-write :: Out -> Int -> (Ptr Word8 -> IO (Ptr Word8)) -> IO ()
-write o n f = do
+-- | Write n bytes at the end of the open run, making room first.
+put :: Out -> Int -> (Ptr Word8 -> IO (Ptr Word8)) -> IO ()
+put o n f = do
+  room o n
   buf <- readIORef (outBuffer o)
   e <- mark o end
   _ <- unsafeWithForeignPtr buf (\p -> f (p `plusPtr` e))
   setMark o end (e + n)
   bump o waiting n
-{-# INLINE write #-}
+{-# INLINE put #-}
 
 bump :: Out -> Int -> Int -> IO ()
 bump o which d = mark o which >>= setMark o which . (+ d)

@@ -31,6 +31,7 @@ module Kv.Resp
     -- * Replies
   , Reply (..)
   , encodeReply
+  , encodeSized
   , plainSize
   , replySize
   , headerSize
@@ -38,6 +39,7 @@ module Kv.Resp
   , writeBulkHeader
   , writeArrayHeader
   , writeCrlf
+  , writeBytes
   , showInt
   , sharedBulkBytes
   , decodeReply
@@ -354,7 +356,11 @@ data Reply
 
 -- | The bytes of a reply, in one string of exactly its size.
 encodeReply :: Reply -> ByteString
-encodeReply r = BI.unsafeCreate (replySize r) (\p -> () <$ writeReply p r)
+encodeReply r = encodeSized (replySize r) r
+
+-- | The bytes of a reply whose size ('replySize') is known.
+encodeSized :: Int -> Reply -> ByteString
+encodeSized n r = BI.unsafeCreate n (\p -> () <$ writeReply p r)
 
 -- | The size of a reply's bytes.
 replySize :: Reply -> Int
@@ -379,22 +385,24 @@ headerSize n = decimalLength n + 3
 -- | Write a reply's bytes; returns their end.
 writeReply :: Ptr Word8 -> Reply -> IO (Ptr Word8)
 writeReply p r = case r of
-  RSimple s -> poke p 43 >> copy (p `plusPtr` 1) s >>= writeCrlf
-  RError s -> poke p 45 >> copy (p `plusPtr` 1) s >>= writeCrlf
+  RSimple s -> poke p 43 >> writeBytes (p `plusPtr` 1) s >>= writeCrlf
+  RError s -> poke p 45 >> writeBytes (p `plusPtr` 1) s >>= writeCrlf
   RInt n -> poke p 58 >> decimal (p `plusPtr` 1) n >>= writeCrlf
-  RBulk s -> writeBulkHeader p (B.length s) >>= \q -> copy q s >>= writeCrlf
-  RNil -> copy p "$-1\r\n"
+  RBulk s -> writeBulkHeader p (B.length s) >>= \q -> writeBytes q s >>= writeCrlf
+  RNil -> writeBytes p "$-1\r\n"
   RArray xs -> do
     q <- writeArrayHeader p (length xs)
     let elems !at [] = return at
         elems at (x : rest) = writeReply at x >>= \at' -> elems at' rest
     elems q xs
-  RNilArray -> copy p "*-1\r\n"
-  where
-    -- (Not withForeignPtr: Note [Reading bytes without keepAlive#].)
-    copy q (BI.PS fp off len) = do
-      unsafeWithForeignPtr fp (\src -> copyBytes q (src `plusPtr` off) len)
-      return (q `plusPtr` len)
+  RNilArray -> writeBytes p "*-1\r\n"
+
+-- | Write a string's bytes; returns their end.
+writeBytes :: Ptr Word8 -> ByteString -> IO (Ptr Word8)
+writeBytes p (BI.PS fp off len) = do
+  -- (Not withForeignPtr: Note [Reading bytes without keepAlive#].)
+  unsafeWithForeignPtr fp (\src -> copyBytes p (src `plusPtr` off) len)
+  return (p `plusPtr` len)
 
 -- | Write @$N\r\n@, @*N\r\n@, @\r\n@; each returns the end.
 writeBulkHeader, writeArrayHeader :: Ptr Word8 -> Int -> IO (Ptr Word8)
