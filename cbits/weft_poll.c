@@ -14,3 +14,13 @@ int weft_poll_ns(struct pollfd *fds, unsigned long n, int64_t ns)
     ts.tv_nsec = ns % 1000000000;
     return ppoll(fds, n, &ts, NULL);
 }
+
+/* Whether fd is readable (writing 0) or writable (writing 1) now, or has
+ * an error or hang-up; 1 if the check itself fails, so that a failed check
+ * never keeps a waiter (Note [Confirmed waits] in
+ * Weft.Event.Internal.Registry). */
+int weft_ready_now(int fd, int writing)
+{
+    struct pollfd p = { .fd = fd, .events = writing ? POLLOUT : POLLIN, .revents = 0 };
+    return poll(&p, 1, 0) != 0;
+}

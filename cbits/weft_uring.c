@@ -48,6 +48,12 @@
 #define OP_UD(fd, id) (UD_OP | ((uint64_t) ((id) & 0x3fffffff) << 32) | (uint32_t) (fd))
 #define ID_SEND    (1u << 29)
 
+/* Marks a report a waiter must not confirm by polling the fd (evtTaken in
+ * Haskell, Note [Confirmed waits]): one the ring makes for bytes its own
+ * receive took, or a readiness report on an fd whose receives or accepts
+ * on the ring may have taken what was reported. */
+#define REPORT_TAKEN 0x40000000u
+
 /* The provided-buffer ring receives complete into: group 0. */
 #define BUF_GROUP  0
 
@@ -58,6 +64,8 @@ struct watch {
     uint32_t tag;      /* the arm's tag */
     uint32_t mask;     /* its poll mask */
     uint32_t mode;     /* MODE_* */
+    uint32_t takers;   /* the fd's receives and accepts queued or in flight */
+    uint32_t took;     /* one of them took something since the last arm */
 };
 
 struct weft_uring {
@@ -94,6 +102,13 @@ struct weft_uring_event {
  * before 5.19 does). */
 int weft_uring_fail_setup = 0;
 int weft_uring_refuse_coop = 0;
+/* Test hook: the next arm of this fd (-1: none) is followed by a report of
+ * its mask that the kernel did not make, as the kernel makes one for a
+ * waker whose readiness a reader took meanwhile (Note [Stale readiness on
+ * a ring] in the Haskell module): a no-op completion whose result is
+ * injected, under the arm's user_data. Kernels before 6.11 post 0
+ * instead, which reports nothing. */
+int weft_uring_inject_fd = -1;
 
 struct weft_uring *weft_uring_open(unsigned entries, int *err)
 {
@@ -245,6 +260,7 @@ int weft_uring_arm(struct weft_uring *u, int fd, uint32_t tag, uint32_t mask,
     if ((r = queue_remove(u, w)) < 0) goto out;
     r = 0;
     if (mask) {
+        w->took = 0;
         u->generation = (u->generation + 1) & 0x7fffffff;
         if (u->generation == 0) u->generation = 1;
         w->ud = ((uint64_t) u->generation << 32) | (uint32_t) fd;
@@ -253,6 +269,16 @@ int weft_uring_arm(struct weft_uring *u, int fd, uint32_t tag, uint32_t mask,
         w->mode = mode;
         r = queue_poll(u, fd, w);
         if (r < 0) w->ud = 0;
+        else if (fd == weft_uring_inject_fd) {
+            struct io_uring_sqe *sqe = get_sqe(u);
+            weft_uring_inject_fd = -1;
+            if (sqe) {
+                io_uring_prep_nop(sqe);
+                sqe->rw_flags = 1;       /* IORING_NOP_INJECT_RESULT */
+                sqe->len = mask;
+                io_uring_sqe_set_data64(sqe, w->ud);
+            }
+        }
     }
 out:
     pthread_mutex_unlock(&u->lock);
@@ -323,6 +349,14 @@ static int finish_op(struct weft_uring *u, struct io_uring_sqe *sqe, uint64_t ud
     return sqe ? 0 : -EBUSY;
 }
 
+/* Count a receive or accept queued on fd, until its completion is reaped.
+ * Lock held. (Without room for the count, reports on fd go unmarked.) */
+static void count_taker(struct weft_uring *u, int fd)
+{
+    struct watch *w = watch_of(u, fd, 1);
+    if (w) w->takers++;
+}
+
 /* Queue a receive of at most len bytes into a provided buffer. It is
  * tried at submission (weft's receives go to the ring first), and polls
  * only if nothing has come. */
@@ -333,6 +367,7 @@ int weft_uring_recv(struct weft_uring *u, int fd, uint64_t id, unsigned len)
         io_uring_prep_recv(sqe, fd, NULL, len < u->bufsize ? len : u->bufsize, 0);
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = BUF_GROUP;
+        count_taker(u, fd);
     }
     return finish_op(u, sqe, OP_UD(fd, id));
 }
@@ -372,8 +407,10 @@ int weft_uring_accept(struct weft_uring *u, int fd, uint64_t id, struct sockaddr
                       socklen_t *len)
 {
     struct io_uring_sqe *sqe = start_op(u);
-    if (sqe)
+    if (sqe) {
         io_uring_prep_accept(sqe, fd, addr, len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        count_taker(u, fd);
+    }
     return finish_op(u, sqe, OP_UD(fd, id));
 }
 
@@ -428,10 +465,15 @@ static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
              * its bytes and might never see them: tell it what came. (A
              * send consumes nothing a writer waits for.) */
             struct watch *w = (ud >> 32) & ID_SEND ? NULL : watch_of(u, fd, 0);
+            if (w) {
+                if (w->takers) w->takers--;
+                if (res > 0) w->took = 1;
+            }
             if (w && w->ud && res != -ECANCELED && res != -ENOBUFS) {
                 out[n].fd = (uint32_t) fd;
                 out[n].tag = w->tag;
-                out[n].revents = res > 0 ? POLLIN : res == 0 ? (POLLIN | POLLRDHUP) : POLLERR;
+                out[n].revents = REPORT_TAKEN
+                                 | (res > 0 ? POLLIN : res == 0 ? (POLLIN | POLLRDHUP) : POLLERR);
                 out[n].pad = 0;
                 n++;
                 if (w->mode == MODE_ONCE)
@@ -459,7 +501,8 @@ static int reap(struct weft_uring *u, struct weft_uring_event *out, int max)
         }
         out[n].fd = (uint32_t) fd;
         out[n].tag = w->tag;
-        out[n].revents = res < 0 ? POLLERR : (uint32_t) res;
+        out[n].revents = res < 0 ? POLLERR
+                       : (uint32_t) res | (w->takers || w->took ? REPORT_TAKEN : 0);
         out[n].pad = 0;
         n++;
         if (res < 0 || w->mode == MODE_ONCE)

@@ -25,7 +25,7 @@ import qualified Weft as W
 import qualified Weft.Color as Color
 import qualified Weft.Net as W
 import qualified Weft.Event as E
-import Weft.Event.Internal.Backend.Uring (setUringCooperation, setUringReceiveBuffers, setUringSetupFailure)
+import Weft.Event.Internal.Backend.Uring (injectStaleReport, setUringCooperation, setUringReceiveBuffers, setUringSetupFailure)
 
 import Support
 import Test.Net (connectClient, withPair)
@@ -75,6 +75,25 @@ spec usable = describe "io_uring backend" $ do
           threadDelay 2000
           W.sendAll c (BC.pack "ping")
           within 5 "a receive on the ring" (takeMVar got) >>= either throwIO (`shouldBe` BC.pack "ping")
+
+  describe "readiness reported stale" $
+    it "a wait whose fd the ring reports ready while it is not stays waiting, and ends when the fd is ready" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      can <- kernelAtLeast (6, 11)
+      unless can $ pendingWith "a kernel before 6.11 cannot inject the report"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      withPipe $ \(r, w) -> do
+        -- The pipe is empty, and the ring reports it readable: the report
+        -- the kernel makes when a writer's wake-up comes after a reader
+        -- took the bytes (Note [Stale readiness on a ring]).
+        injectStaleReport r
+        (_, woke) <- forkResult 0 (W.threadWaitRead r)
+        threadDelay 200000
+        tryTakeMVar woke >>= (`shouldSatisfy` isNothing)
+        writeByte w
+        within 5 "the wait once the pipe is readable" (takeMVar woke) >>= either throwIO return
+        readByte r >>= (`shouldBe` Just 7)
 
   describe "submitting threads that exit" $
     it "waits armed while the RTS makes and retires OS threads are resubmitted, and all complete, once" $ do

@@ -7,6 +7,7 @@ module Weft.Event.Internal
   ( -- * Events
     Event (..)
   , evtNothing, evtRead, evtWrite, evtClose, evtHangup
+  , evtTaken, withoutTaken
   , eventIs, eventSubset
     -- * Lifetimes
   , Lifetime (..)
@@ -24,7 +25,7 @@ module Weft.Event.Internal
   , ArmResult (..)
   ) where
 
-import Data.Bits ((.&.), (.|.))
+import Data.Bits (complement, (.&.), (.|.))
 import Data.List (intercalate)
 import Data.Word (Word32)
 import Foreign.C.Error (Errno)
@@ -53,6 +54,19 @@ evtClose = Event 4
 -- edge-triggered watcher needs it: the end of stream may have arrived
 -- before its last read, which returned data, and no edge follows it.
 evtHangup = Event 8
+
+-- | Internal, never handed to users ('withoutTaken'): reported with
+-- 'evtRead' by a backend that took the bytes itself (a ring's receive),
+-- for a one-shot waiter on the same fd, which then must not confirm the
+-- readiness by looking at the fd (Note [Confirmed waits] in
+-- "Weft.Event.Internal.Registry").
+evtTaken :: Event
+evtTaken = Event 16
+
+-- | The event as users see it: without 'evtTaken'.
+withoutTaken :: Event -> Event
+withoutTaken (Event a) = Event (a .&. complement 16)
+{-# INLINE withoutTaken #-}
 
 instance Semigroup Event where
   Event a <> Event b = Event (a .|. b)
@@ -181,6 +195,11 @@ data Backend = Backend
     -- ^ Whether an arm made during a blocking poll is only seen after a
     -- wakeup (poll, and uring, which submits at its next poll), or at once
     -- (epoll).
+  , backendExactReports :: !Bool
+    -- ^ Whether a reported event is always still there when reported
+    -- (epoll, poll), or may be stale (uring, Note [Stale readiness on a
+    -- ring] in "Weft.Event.Internal.Backend.Uring"): a one-shot wait then
+    -- confirms it.
   , backendClose :: !(IO ())
     -- ^ Release the backend's fds. No other operation may follow.
   , backendKernelCalls :: !(IO Int)

@@ -31,6 +31,22 @@
 -- and events harvested for a socket that was then closed, and whose fd
 -- number was reused by a new one (Go's fdseq).
 --
+-- Note [Confirmed waits]
+-- ~~~~~~~~~~~~~~~~~~~~~~
+-- A one-shot wait returns only when its fd is ready, as under GHC's
+-- manager: a caller may read once and treat @EAGAIN@ as an error. A
+-- backend whose reports may be stale ('backendExactReports' is 'False':
+-- uring, Note [Stale readiness on a ring] in
+-- "Weft.Event.Internal.Backend.Uring") makes the woken waiter check with
+-- one @poll(2)@ of its own, and wait again if the readiness is gone. An
+-- error or hang-up counts as ready, as a failed check does, so the check
+-- never keeps a waiter that its caller would see fail. A report marked
+-- 'evtTaken' is not confirmed: the backend's own receive or accept on the
+-- fd may have taken what came (a ring's receive tells a readiness waiter
+-- on the same socket what came, Note [Receives on the ring]), and the
+-- waiter is woken because something came, as when two readers share an
+-- fd under epoll; confirmed, it would wait for ever.
+--
 -- Note [Fds closed behind weft's back]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 -- When a user closes an fd with plain @close@, the kernel drops it from the
@@ -66,6 +82,7 @@ import Control.Exception
 import Control.Monad
 import Data.IORef
 import Data.Word (Word32)
+import Foreign.C.Types (CInt (..))
 import Foreign.C.Error (Errno, eBADF, ePERM)
 import GHC.IO.Exception (IOException (..))
 import System.Posix.Types (Fd (..))
@@ -137,7 +154,7 @@ tellEdges :: Event -> [Reg Target] -> IO [IO ()]
 tellEdges _ [] = return []
 tellEdges ev (r : rest) = case regTarget r of
   PutTokens readable writable -> putTokens ev readable writable >> tellEdges ev rest
-  Notify notify -> (notify ev :) <$> tellEdges ev rest
+  Notify notify -> (notify (withoutTaken ev) :) <$> tellEdges ev rest
   _ -> tellEdges ev rest
 
 -- | Does a registration that is not edge-triggered want the event?
@@ -257,8 +274,8 @@ completeAll mgr ((reg, ev) : rest) = case regTarget reg of
     _ <- tryPutMVar readable ()
     _ <- tryPutMVar writable ()
     completeAll mgr rest
-  RunCallback cb -> (cb ev :) <$> completeAll mgr rest
-  Notify notify -> (notify ev :) <$> completeAll mgr rest
+  RunCallback cb -> (cb (withoutTaken ev) :) <$> completeAll mgr rest
+  Notify notify -> (notify (withoutTaken ev) :) <$> completeAll mgr rest
 
 -- | Count the change in live registrations: watches ('cWatches') apart
 -- from the others ('cLive').
@@ -307,6 +324,14 @@ waitOn mgr ev fd = mask_ $ do
       when (got `eventIs` evtClose) $ do
         halt' <- stopped mgr
         throwIO (if halt' then managerShutDown "threadWait" else closedFdError "threadWait")
+      -- Note [Confirmed waits]
+      unless (backendExactReports (mgrBackend mgr) || got `eventIs` evtTaken) $ do
+        ready <- c_ready_now fd (if ev `eventIs` evtRead then 0 else 1)
+        when (ready == 0) (waitOn mgr ev fd)
+
+-- | Whether the fd is readable (0) or writable (1) now, or has an error or
+-- hang-up; nonzero if the check fails (Note [Confirmed waits]).
+foreign import ccall unsafe "weft_ready_now" c_ready_now :: Fd -> CInt -> IO CInt
 
 -- | Add a registration, whose target @makeTarget@ makes from the slot, its
 -- state and the key, and arm the fd. Runs masked. Throws an 'IOError' if

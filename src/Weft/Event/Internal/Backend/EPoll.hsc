@@ -92,6 +92,7 @@ newEPollBackend wkind = do
     , backendEdges = True
     , backendForget = \fd -> () <$ ctl #{const EPOLL_CTL_DEL} fd 0 0
     , backendWake = signalWakeup wake
+    , backendExactReports = True
     , backendWakeOnArm = False
     , backendClose = do
         closeWakeup wake

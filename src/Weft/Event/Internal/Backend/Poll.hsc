@@ -61,6 +61,7 @@ newPollBackend wkind = do
     , backendEdges = False
     , backendForget = \(Fd fd) -> atomicModifyIORef' (psWatches st) (\m -> (IM.delete (fromIntegral fd) m, ()))
     , backendWake = signalWakeup wake
+    , backendExactReports = True
     , backendWakeOnArm = True
     , backendClose = closeWakeup wake
     , backendKernelCalls = return 0

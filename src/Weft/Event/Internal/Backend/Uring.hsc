@@ -18,10 +18,9 @@
 -- blocked. A busy server's arms therefore cost no system call of their
 -- own, where epoll makes one @epoll_ctl@ per arm.
 --
--- Only the dispatcher submits the queue it polls with (the arming thread
--- does not submit for it while it blocks): a wait must never end before
--- its fd is ready, and that is shown only for this shape (docs/design.md,
--- "The io_uring backend").
+-- Only the dispatcher submits the queue it polls with; the arming thread
+-- does not submit for it while it blocks (docs/design.md, "The io_uring
+-- backend", says what that would save and what it would cost).
 --
 -- 'backendForget' is the exception: it submits its removal at once,
 -- because a poll request holds a reference to the file, and the close
@@ -69,6 +68,34 @@
 -- OS thread switches each time it and the capability's other threads
 -- take turns (docs/benchmarks.md, "io_uring against epoll").
 --
+-- Note [Stale readiness on a ring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A poll request completes with the events its waker announced: the
+-- kernel keeps the wake-up's key as the result and does not look at the
+-- file again. A waker announces after it has made the fd ready and let go
+-- of it (a pipe's writer wakes readers after unlocking the pipe), so a
+-- reader on another core can take the bytes in between and arm a new
+-- poll request, which the late wake-up then completes: the ring says
+-- readable, the pipe is empty. epoll looks at the file again before it
+-- reports, and never says this. @bench/c/uring_stale_poll.c@ shows it
+-- without weft.
+--
+-- The backend says so ('backendExactReports' is 'False'), and a one-shot
+-- wait ('Weft.threadWaitRead', 'Weft.threadWaitWrite') confirms the
+-- readiness it was woken for with one @poll(2)@ of its own before it
+-- returns, and waits again if it is gone (Note [Confirmed waits] in
+-- "Weft.Event.Internal.Registry"). The check is the waiter's, not the
+-- dispatcher's: done in the reap, it made the spinning dispatcher's rounds
+-- slower than the waits it serves. A report on an fd whose receives or
+-- accepts run on the ring (queued or in flight, or one took something
+-- since the arm) is marked 'evtTaken' and not confirmed: the ring's own
+-- request may have taken what was reported, and the waiter beside it is
+-- woken because something came, as under epoll. Reports to edge-triggered watches,
+-- level-triggered callbacks and the STM forms go on unconfirmed: they tell
+-- their receiver to try, and a receiver that finds nothing retries on
+-- @EAGAIN@. The ring's receives, sends and accepts are operations, not
+-- reports, and need no check.
+--
 -- Note [Fds closed behind weft's back, on a ring]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 -- epoll forgets a closed fd, and weft learns of it at the next arm
@@ -83,6 +110,7 @@ module Weft.Event.Internal.Backend.Uring
   , setUringSetupFailure
   , setUringCooperation
   , setUringReceiveBuffers
+  , injectStaleReport
   ) where
 
 import Control.Monad (forM_)
@@ -164,6 +192,7 @@ newUringBackend = do
     , backendForget = c_forget ring
     , backendWake = () <$ c_wake ring
     , backendWakeOnArm = True
+    , backendExactReports = False
     , backendClose = mapM_ abandonAll table >> c_close ring
     , backendKernelCalls = fromIntegral <$> c_interest_changes ring
     , backendCompletions = Just $ tableCompletions table $ do
@@ -194,7 +223,10 @@ fromPoll :: Word32 -> Event
 fromPoll f = (if f .&. (#{const POLLIN} .|. #{const POLLRDHUP} .|. errHup) /= 0 then evtRead else mempty)
           <> (if f .&. (#{const POLLOUT} .|. errHup) /= 0 then evtWrite else mempty)
           <> (if f .&. (#{const POLLRDHUP} .|. errHup) /= 0 then evtHangup else mempty)
+          <> (if f .&. reportTaken /= 0 then evtTaken else mempty)
   where errHup = #{const POLLERR} .|. #{const POLLHUP}
+        -- REPORT_TAKEN in cbits/weft_uring.c
+        reportTaken = 0x40000000
 
 -- | Test hook: make every later ring set-up fail with this errno ('eOK':
 -- succeed again), as a kernel or seccomp profile that refuses io_uring does.
@@ -207,6 +239,14 @@ setUringSetupFailure (Errno e) = poke failSetup (if Errno e == eOK then 0 else e
 setUringCooperation :: Errno -> IO ()
 setUringCooperation (Errno e) = poke refuseCoop (if Errno e == eOK then 0 else e)
 
+-- | Test hook: make the next arm of this fd be followed by a readiness
+-- report the kernel did not make (Note [Stale readiness on a ring]), as
+-- the kernel makes for a waker whose readiness a reader took meanwhile.
+-- Kernels before 6.11 cannot inject one: the report then says nothing.
+injectStaleReport :: Fd -> IO ()
+injectStaleReport (Fd fd) = poke injectFd fd
+
+foreign import ccall "&weft_uring_inject_fd" injectFd :: Ptr CInt
 foreign import ccall "&weft_uring_fail_setup" failSetup :: Ptr CInt
 foreign import ccall "&weft_uring_refuse_coop" refuseCoop :: Ptr CInt
 foreign import ccall unsafe "weft_uring_cooperative"
