@@ -33,6 +33,7 @@
 static int pipefd[2];
 static atomic_long taken, written;
 static atomic_int done;
+static volatile unsigned long busy;   /* the interrupters' work */
 
 static void pin(int cpu)
 {
@@ -47,10 +48,9 @@ static void *interrupter(void *arg)
 {
     (void) arg;
     pin(1);
-    volatile unsigned long x = 0;
     struct timespec nap = { 0, 20000 };
     while (!atomic_load(&done)) {
-        for (int k = 0; k < 20000; k++) x++;
+        for (int k = 0; k < 20000; k++) busy++;
         nanosleep(&nap, NULL);
     }
     return NULL;
