@@ -55,11 +55,11 @@ evtClose = Event 4
 -- before its last read, which returned data, and no edge follows it.
 evtHangup = Event 8
 
--- | Internal, never handed to users ('withoutTaken'): reported with
--- 'evtRead' by a backend that took the bytes itself (a ring's receive),
--- for a one-shot waiter on the same fd, which then must not confirm the
--- readiness by looking at the fd (Note [Confirmed waits] in
--- "Weft.Event.Internal.Registry").
+-- | Internal, never handed to users ('withoutTaken'): a report that a
+-- one-shot waiter must not confirm by looking at the fd (Note [Confirmed
+-- waits] in "Weft.Event.Internal.Registry"), because the backend's own
+-- receive or accept on the fd may have taken what came (a ring's, Note
+-- [Stale readiness on a ring] in "Weft.Event.Internal.Backend.Uring").
 evtTaken :: Event
 evtTaken = Event 16
 

@@ -90,11 +90,11 @@
 -- accepts run on the ring (queued or in flight, or one took something
 -- since the arm) is marked 'evtTaken' and not confirmed: the ring's own
 -- request may have taken what was reported, and the waiter beside it is
--- woken because something came, as under epoll. Reports to edge-triggered watches,
--- level-triggered callbacks and the STM forms go on unconfirmed: they tell
--- their receiver to try, and a receiver that finds nothing retries on
--- @EAGAIN@. The ring's receives, sends and accepts are operations, not
--- reports, and need no check.
+-- woken because something came, as under epoll. Reports to edge-triggered
+-- watches, level-triggered callbacks and the STM forms go on unconfirmed:
+-- they tell their receiver to try, and a receiver that finds nothing
+-- retries on @EAGAIN@. The ring's receives, sends and accepts are
+-- operations, not reports, and need no check.
 --
 -- Note [Fds closed behind weft's back, on a ring]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
