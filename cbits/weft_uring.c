@@ -43,7 +43,7 @@
 #define UD_WAKE    (UD_OWN | 1)
 /* A receive, accept or send request: UD_OP, the request's id (30 bits, chosen by
  * the Haskell side, which reuses an id only after 2^29 newer requests of
- * its kind; ID_SEND marks a send's) and the fd. */
+ * its kind; ID_SEND marks a send's or a connect's) and the fd. */
 #define UD_OP      (UD_OWN | (1ULL << 62))
 #define OP_UD(fd, id) (UD_OP | ((uint64_t) ((id) & 0x3fffffff) << 32) | (uint32_t) (fd))
 #define ID_SEND    (1u << 29)
@@ -412,6 +412,17 @@ int weft_uring_accept(struct weft_uring *u, int fd, uint64_t id, struct sockaddr
         count_taker(u, fd);
     }
     return finish_op(u, sqe, OP_UD(fd, id));
+}
+
+/* Queue a connect of fd to the address of len bytes at addr (which must
+ * stay valid until the completion). */
+int weft_uring_connect(struct weft_uring *u, int fd, uint64_t id, const struct sockaddr *addr,
+                       socklen_t len)
+{
+    struct io_uring_sqe *sqe = start_op(u);
+    if (sqe)
+        io_uring_prep_connect(sqe, fd, addr, len);
+    return finish_op(u, sqe, OP_UD(fd, id | ID_SEND));
 }
 
 /* Queue the cancellation of a completion request. */

@@ -10,7 +10,7 @@ import Control.Monad
 import Data.IORef
 import Data.List (sort)
 import Data.Maybe (isNothing)
-import Foreign.C.Error (Errno (..), eCONNRESET, eINVAL, eNOSYS, eOK, ePERM, ePIPE)
+import Foreign.C.Error (Errno (..), eCONNREFUSED, eCONNRESET, eINVAL, eNOSYS, eOK, ePERM, ePIPE)
 import Foreign.C.Types (CInt (..), CUInt (..))
 import GHC.IO.Exception (IOException (..))
 import qualified Data.ByteString as B
@@ -378,6 +378,40 @@ spec usable = describe "io_uring backend" $ do
         r <- within 2 "the send" (takeMVar res)
         r `shouldSatisfy` isBadFd
       ringStat E.ringInflight `shouldReturn` 0
+
+  describe "connects on the ring" $
+    it "the ring makes a connect; a refused one fails with ECONNREFUSED; a timeout during one leaves nothing on the ring" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      connects0 <- ringStat E.ringConnects
+      fds0 <- openFdCount
+      l <- W.listen loopback
+      addr <- W.localAddress l
+      (c, srv) <- (`finally` W.close l) $ do
+        c <- within 5 "the connect" (W.connect addr)
+        (srv, _) <- within 5 "the accept" (W.accept l)
+        return (c, srv)
+      W.sendAll c (BC.pack "hi")
+      within 5 "the bytes" (W.recv srv 10) >>= (`shouldBe` BC.pack "hi")
+      mapM_ W.close [c, srv]
+      ringStat E.ringConnects >>= (`shouldSatisfy` (> connects0))
+      -- Nobody listens on the closed listener's port now.
+      within 5 "a refused connect" (W.connect addr) `shouldThrow` hasErrno eCONNREFUSED
+      -- A listener whose accept queue is full drops the SYNs of further
+      -- connects, which wait for a retransmission (a second): the timeout
+      -- cancels one of them.
+      full <- W.listenWith (W.ListenOptions 0 False) loopback
+      fullAddr <- W.localAddress full
+      let fill k made
+            | k >= (8 :: Int) = return (made, False)
+            | otherwise = W.timeout 100000 (W.connect fullAddr)
+                >>= maybe (return (made, True)) (\c' -> fill (k + 1) (c' : made))
+      (made, timedOut) <- fill 0 [] `finally` W.close full
+      mapM_ W.close made
+      timedOut `shouldBe` True
+      eventually "nothing on the ring" ((== 0) <$> ringStat E.ringInflight)
+      eventually "every fd closed" ((<= fds0) <$> openFdCount)
 
   describe "accepts on the ring" $ do
     it "a timeout racing every accept, across capabilities: each connection is accepted once, some were kept from cancelled accepts, no fd is left open" $ do

@@ -71,6 +71,8 @@ data RingStats = RingStats
     -- ^ Sends the ring performed.
   , ringAccepts :: !Int
     -- ^ Connections the ring accepted.
+  , ringConnects :: !Int
+    -- ^ Connections the ring made.
   , ringInflight :: !Int
     -- ^ Receives, sends and accepts on the ring now: submitted, and their
     -- completions not yet handled.
@@ -82,7 +84,7 @@ data RingStats = RingStats
 
 -- | A backend without a ring.
 noRingStats :: RingStats
-noRingStats = RingStats 0 0 0 0 0 0 0 False
+noRingStats = RingStats 0 0 0 0 0 0 0 0 False
 
 -- | Receives, sends and accepts a backend performs itself (Note [Receives
 -- on the ring], Note [Sends on the ring] and Note [Accepts on the ring] in
@@ -119,6 +121,15 @@ data Completions = Completions
     -- address buffer, to the tracker's accepted connections. Uses the
     -- tracker's receiving slot: with a receive or accept in flight
     -- already it returns 'RingBusy'.
+  , complConnect :: !((IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Int -> Tracker -> IO (RingResult ()))
+    -- ^ @complConnect whileOpen wake fd address len tracker@ connects the
+    -- socket @fd@ to the address of @len@ bytes at @address@, blocking
+    -- until the handshake ends. The buffer is kept alive until the
+    -- request completes. Interrupted by an asynchronous exception, it
+    -- cancels the request. Uses the tracker's sending slot: 'RingBusy'
+    -- with a send in flight already, or if the submitting thread exited
+    -- under it (the connect may be under way, and readiness tells when
+    -- it ends).
   , complStats :: !(IO RingStats)
     -- ^ The ring's counts.
   }

@@ -16,7 +16,7 @@ import Data.Int (Int64)
 import Data.Word (Word8)
 import Foreign.C.Error
 import Foreign.C.Types
-import Foreign.ForeignPtr (ForeignPtr, touchForeignPtr, withForeignPtr)
+import Foreign.ForeignPtr (ForeignPtr, mallocForeignPtrBytes, touchForeignPtr, withForeignPtr)
 import Foreign.ForeignPtr.Unsafe (unsafeForeignPtrToPtr)
 import Foreign.Marshal.Alloc (allocaBytes, mallocBytes)
 import Foreign.Marshal.Utils (copyBytes, with)
@@ -139,20 +139,32 @@ adopt (fd, address) = (`onException` c_close fd) $ do
 
 -- | Connect a new TCP socket to the address, waiting (in weft) for the
 -- handshake. Throws an 'IOError' if it fails (e.g. @ECONNREFUSED@).
+--
+-- Under a completion backend the ring makes the handshake (Note [Connects
+-- on the ring] in "Weft.Event.Internal.Backend.Uring.Requests").
 connect :: SockAddr -> IO Socket
 connect addr = do
   raw <- throwIfNegative "socket" (c_socket (familyOf addr) sockStream)
   s <- newSocket (fromIntegral raw)
   (`onException` close s) $ do
-    r <- withAddress addr (connectRaw s)
-    when (r < 0) $
-      if r == negate (errnoLong eINPROGRESS)
-        then do
-          waitReady Writing s
-          err <- c_socket_error (fromIntegral raw)
-          when (err < 0) $ socketError ("connect " ++ show addr) s err
-        else socketError ("connect " ++ show addr) s r
+    address <- mallocForeignPtrBytes addressRoom
+    withForeignPtr address $ \p -> pokeSocketAddress (castPtr p) addr
+    onRing <- connectOnRing loc s address (sizeOfSocketAddress addr)
+    case onRing of
+      Just () -> return ()
+      Nothing -> do
+        r <- withForeignPtr address $ \p -> connectRaw s p (fromIntegral (sizeOfSocketAddress addr))
+        -- EALREADY: a ring's connect, handed back, is under way.
+        when (r < 0 && r /= negate (errnoLong eISCONN)) $
+          if r == negate (errnoLong eINPROGRESS) || r == negate (errnoLong eALREADY)
+            then do
+              waitReady Writing s
+              err <- c_socket_error (fromIntegral raw)
+              when (err < 0) $ socketError loc s err
+            else socketError loc s r
     return s
+  where
+    loc = "connect " ++ show addr
 
 ------------------------------------------------------------------------------
 -- Stream I/O

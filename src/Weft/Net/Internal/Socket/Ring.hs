@@ -1,7 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
 -- | A socket's requests on a ring, under a completion backend (Note [Two
--- ways to wait] in "Weft.Event.Internal.Completions"): receives, sends and
--- accepts the ring performs, and what cancelled ones kept. Calls on a
+-- ways to wait] in "Weft.Event.Internal.Completions"): receives, sends,
+-- accepts and connects the ring performs, and what cancelled ones kept. Calls on a
 -- socket without a ring ('mayUseRing') never come here.
 -- Internal and unstable: weft's own modules and tests use it.
 module Weft.Net.Internal.Socket.Ring
@@ -10,6 +10,7 @@ module Weft.Net.Internal.Socket.Ring
   , sendOnRing
   , takeAccepted
   , acceptOnRing
+  , connectOnRing
   ) where
 
 import Control.Concurrent.MVar (readMVar)
@@ -110,6 +111,18 @@ acceptOnRing :: Socket -> ForeignPtr () -> IO (Maybe CInt)
 acceptOnRing s address = fmap (\(Fd fd) -> fd) <$>
   withRing "accept" s (\_ -> return True) (\c open wake fd trk ->
     complAccept c open wake fd address trk)
+
+-- | Connect the socket to the address of @len@ bytes in the buffer
+-- through the ring of the caller's manager, if its backend performs
+-- connects (Note [Connects on the ring] in
+-- "Weft.Event.Internal.Backend.Uring.Requests"), blocking until the
+-- handshake ends. 'Nothing' if the backend does not, or if the ring
+-- handed the connect back: finish it through readiness. Throws as
+-- @connect@ would (under the location given), and @EBADF@ if the socket
+-- is closed meanwhile.
+connectOnRing :: String -> Socket -> ForeignPtr () -> Int -> IO (Maybe ())
+connectOnRing loc s address len =
+  withRing loc s (\_ -> return True) (\c open wake fd trk -> complConnect c open wake fd address len trk)
 
 -- | Send some of the bytes through the ring of the caller's manager, if
 -- its backend performs sends and, unless @always@, its dispatcher is busy

@@ -82,6 +82,22 @@
 -- (nobody can accept them any more; the kernel resets the ones still
 -- queued the same way).
 --
+-- Note [Connects on the ring]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A "Weft.Net" connect goes to the ring at once ('complConnect'): the
+-- request makes the handshake and completes when it ends, with 0 or the
+-- connect's errno, where readiness costs a @connect@ that says
+-- @EINPROGRESS@, a wait for writability and a @getsockopt@ for the
+-- outcome. It is a request of the send kind (it waits for the socket's
+-- room, and takes nothing a reader waits for): it occupies the socket's
+-- sending slot, and is cancelled and closed as a send is. One case goes
+-- back to readiness: the OS thread
+-- that submitted it exited, and the kernel cancelled it (Note [Submitting
+-- threads] in "Weft.Event.Internal.Backend.Uring"). The handshake may be
+-- under way then, so the request is not submitted again (a second connect
+-- would say @EALREADY@); its waiter is told 'RingBusy', and waits for
+-- writability as under epoll.
+--
 -- A multishot accept (one request, a completion per connection) is not
 -- used: its connections come whether or not anyone accepts them, so they
 -- would need a queue of their own, beside the kernel's backlog, and a
@@ -152,16 +168,17 @@ newTable ring = do
 -- is cooperative). A ring without a table performs none: every request
 -- says 'RingBusy', so the socket uses readiness.
 tableCompletions :: Maybe Table -> IO RingStats -> Completions
-tableCompletions (Just t) ring = Completions (submitRecv t) (submitSend t) (submitAccept t) $ do
+tableCompletions (Just t) ring = Completions (submitRecv t) (submitSend t) (submitAccept t) (submitConnect t) $ do
   let r = readCounter (tblCounts t)
   base <- ring
   RingStats <$> ((ringResubmits base +) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
-            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cOnRing
+            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cConnects <*> r cOnRing
             <*> pure (ringCooperative base)
 tableCompletions Nothing ring = Completions
   { complRecv = \_ _ _ _ _ -> return RingBusy
   , complSend = \_ _ _ _ _ _ -> return RingBusy
   , complAccept = \_ _ _ _ _ -> return RingBusy
+  , complConnect = \_ _ _ _ _ _ -> return RingBusy
   , complStats = ring
   }
 
@@ -201,9 +218,9 @@ data FdReqs = FdReqs
   }
 
 -- Counters in 'tblCounts' (cOnRing: requests submitted and not yet completed).
-cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cOnRing, nCounts :: Int
+cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cConnects, cOnRing, nCounts :: Int
 cNext = 0; cResubmits = 1; cKept = 2; cNoBuffer = 3; cReceives = 4; cSends = 5; cAccepts = 6
-cOnRing = 7; nCounts = 8
+cConnects = 7; cOnRing = 8; nCounts = 9
 
 -- Note [Reused requests]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -276,11 +293,13 @@ data Op
     -- which waits longest, allocates nothing the request holds.
   | OpAccept !(ForeignPtr ())
     -- ^ The address buffer ('newAcceptAddress').
+  | OpConnect !(ForeignPtr ()) !Int
+    -- ^ The address to connect to, and its length.
   | OpSend !Bool !Outgoing !(Maybe (ForeignPtr ()))
     -- ^ Poll first (the socket had no room), the bytes, a gather send's
     -- header.
 
-data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Failed !Errno | Closed | Busy
+data Outcome = Got !B.ByteString | Sent !Int | Conn !Fd | Connected | Failed !Errno | Closed | Busy
 
 submitRecv :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Int -> Tracker -> IO (RingResult B.ByteString)
 submitRecv t whileOpen wake fd n trk =
@@ -291,6 +310,11 @@ submitAccept :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignP
 submitAccept t whileOpen wake fd address trk =
   resultOf (\o -> case o of Conn c -> Just c; _ -> Nothing)
     <$!> onRing t whileOpen wake fd 0 (OpAccept address) trk
+
+submitConnect :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> ForeignPtr () -> Int -> Tracker -> IO (RingResult ())
+submitConnect t whileOpen wake fd address len trk =
+  resultOf (\o -> case o of Connected -> Just (); _ -> Nothing)
+    <$!> onRing t whileOpen wake fd 0 (OpConnect address len) trk
 
 submitSend :: Table -> (IO Bool -> IO (Maybe Bool)) -> IO () -> Fd -> Bool -> Outgoing -> Tracker -> IO (RingResult Int)
 submitSend t whileOpen wake fd full o trk = do
@@ -333,7 +357,8 @@ onRing t whileOpen wake !fd !len !op !trk = mask $ \restore -> do
     Nothing -> writeIORef (tblWake t) (Just wake)
     Just _ -> return ()
   frs <- FT.lookupOrCreate (tblReqs t) (fromIntegral fd)
-  let !sending = case op of OpSend {} -> True; _ -> False
+  -- A connect waits for the socket's room to send, as a send does.
+  let !sending = case op of OpSend {} -> True; OpConnect {} -> True; _ -> False
       !req = if sending then frSend frs else frRecv frs
   submitted <- whileOpen (claimAndSubmit t req len op trk)
   case submitted of
@@ -419,6 +444,7 @@ giveBack req = do
   case op of
     OpSend {} -> writeIORef (reqOp req) OpNone
     OpAccept _ -> writeIORef (reqOp req) OpNone
+    OpConnect _ _ -> writeIORef (reqOp req) OpNone
     _ -> return ()
   writeCounter (reqWords req) rwUsed 0
 
@@ -464,6 +490,7 @@ submit t req = do
     -- every submission (a resubmission too).
     OpAccept address -> withForeignPtr address $ \p ->
       uncurry (c_accept ring fd ud) =<< readyAcceptAddress p
+    OpConnect address len -> withForeignPtr address $ \p -> c_connect ring fd ud p (fromIntegral len)
     OpSend full (OutBytes (BI.PS fp off len)) _ ->
       c_send ring fd ud (unsafeForeignPtrToPtr fp `plusPtr` off) (fromIntegral len) 0 (flag full)
     OpSend full (OutGather more _) (Just header) ->
@@ -484,8 +511,14 @@ completed t0 !fd !i !res !flags = do
     when (cur == i && st /= sResolved) $ do
       op <- readIORef (reqOp req)
       let noBuffer = res == negate (errnoInt eNOBUFS) && case op of OpRecv -> True; _ -> False
+      let connecting = case op of OpConnect _ _ -> True; _ -> False
       if res == negate (errnoInt eCANCELED) || noBuffer
-        then if st == sWaiting
+        then if st == sWaiting && connecting
+          -- The submitting thread exited: the handshake may be under
+          -- way, and a second connect would say EALREADY. The caller
+          -- waits for it through readiness.
+          then complete t req Busy
+        else if st == sWaiting
           -- Not cancelled by weft: the submitting thread exited; or no
           -- buffer was free. Submit it again.
           then do
@@ -497,6 +530,7 @@ completed t0 !fd !i !res !flags = do
             case op of
               OpRecv -> Got <$> copyOut res
               OpAccept _ -> return (Conn (Fd (fromIntegral res)))
+              OpConnect _ _ -> return Connected
               _ -> return (Sent res)
           complete t req out
   where
@@ -531,6 +565,7 @@ complete t req out = do
       trkSent trk k
       count t cSends
     Conn _ -> count t cAccepts
+    Connected -> count t cConnects
     _ -> return ()
   let w = reqWords req
   st <- casCounter w rwState sWaiting sDelivered
@@ -597,6 +632,8 @@ foreign import ccall unsafe "weft_uring_sendmsg"
   c_sendmsg :: Ptr Ring -> Fd -> Word64 -> Ptr () -> CInt -> CInt -> IO CInt
 foreign import ccall unsafe "weft_uring_accept"
   c_accept :: Ptr Ring -> Fd -> Word64 -> Ptr () -> Ptr Word32 -> IO CInt
+foreign import ccall unsafe "weft_uring_connect"
+  c_connect :: Ptr Ring -> Fd -> Word64 -> Ptr () -> Word32 -> IO CInt
 foreign import ccall unsafe "weft_uring_cancel"
   c_cancel :: Ptr Ring -> Fd -> Word64 -> IO CInt
 foreign import ccall unsafe "weft_uring_buffer"
