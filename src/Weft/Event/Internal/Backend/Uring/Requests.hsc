@@ -1,10 +1,14 @@
 {-# LANGUAGE CApiFFI, BangPatterns, RecursiveDo, MagicHash, UnboxedTuples #-}
 -- | The io_uring backend's completion requests: "Weft.Net"'s receives,
--- sends and accepts performed by the ring ('Completions'), their ids,
--- states, cancellation and leftovers. The readiness side (poll requests, the
--- dispatcher's reap) is "Weft.Event.Internal.Backend.Uring"; the C side of
--- both is @cbits/weft_uring.c@.
+-- sends, accepts and connects performed by the ring ('Completions'), their
+-- ids, states, cancellation and leftovers. The readiness side (poll
+-- requests, the dispatcher's reap) is "Weft.Event.Internal.Backend.Uring";
+-- the C side of both is @cbits/weft_uring.c@.
 -- Internal and unstable: weft's own modules and tests use it.
+--
+-- Over 600 lines: the four kinds of request share one life (submit,
+-- complete, cancel, keep, give back), and its Notes sit beside it; split
+-- by kind, each part would repeat that life.
 --
 -- Note [Receives on the ring]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
