@@ -147,13 +147,15 @@ connect addr = do
   raw <- throwIfNegative "socket" (c_socket (familyOf addr) sockStream)
   s <- newSocket (fromIntegral raw)
   (`onException` close s) $ do
-    address <- mallocForeignPtrBytes addressRoom
-    withForeignPtr address $ \p -> pokeSocketAddress (castPtr p) addr
-    onRing <- connectOnRing loc s address (sizeOfSocketAddress addr)
+    onRing <- if not (mayUseRing s) then return Nothing else do
+      -- The request holds the address until it completes.
+      address <- mallocForeignPtrBytes addressRoom
+      withForeignPtr address $ \p -> pokeSocketAddress (castPtr p) addr
+      connectOnRing loc s address (sizeOfSocketAddress addr)
     case onRing of
       Just () -> return ()
       Nothing -> do
-        r <- withForeignPtr address $ \p -> connectRaw s p (fromIntegral (sizeOfSocketAddress addr))
+        r <- withAddress addr (connectRaw s)
         -- EALREADY: a ring's connect, handed back, is under way.
         when (r < 0 && r /= negate (errnoLong eISCONN)) $
           if r == negate (errnoLong eINPROGRESS) || r == negate (errnoLong eALREADY)
