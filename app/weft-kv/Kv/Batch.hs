@@ -240,8 +240,9 @@ noWork _ = False
 -- ~~~~~~~~~~~~~~~~~~~~~~~~
 -- The commands decoded from one read are grouped by key color, in order:
 -- each color gets one event that runs its commands one after another, and
--- posts their results back to the connection's color in one event. A
--- pipeline of 16 commands on one key thus costs two events instead of 32,
+-- hands their results back to the connection's color at once (Note [One
+-- reply event per inbox]). A pipeline of 16 commands on one key thus
+-- costs two events instead of 32,
 -- and an MSET of keys that share a color one round trip. Grouping keeps
 -- the order of commands within a color, and the colors of one read run in
 -- any order anyway, so what each command sees is what it would see with
@@ -288,7 +289,37 @@ runWorks env c color works = do
         _ -> return (Then s next)
       here key = keyColor (envStore env) key == color
   results <- go [] works
-  unless (null results) $ post (envRuntime env) (connColor c) hReply (envResults env c (reverse results))
+  unless (null results) $ deliver env c (reverse results)
+
+-- Note [One reply event per inbox]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A read's commands on random keys go to as many key colors as there are
+-- commands, and each color's event has results for the connection. Were
+-- each to post its own event to the connection's color, a pipeline of 16
+-- such commands would cost 33 events; events, not the commands, would be
+-- most of the work. So the key colors leave their results in the
+-- connection's inbox ('connInbox', the one field of a 'Conn' that other
+-- colors write, always with an atomic update), and only the color whose
+-- results find the inbox empty posts the reply event; that event takes
+-- everything in the inbox when it runs. Every result is taken: a result
+-- that finds the inbox not empty is put beside results whose reply event
+-- has been posted and has not yet taken them, and that event takes it
+-- too. A reply event never finds the inbox empty, since only reply events
+-- empty it and each was posted by a result that made it not empty. The
+-- results of one color's batch stay in their order; batches of different
+-- colors are in no particular order, as they were as separate events
+-- (Note [Reply order] in "Kv.Conn" puts replies in order).
+
+-- | Hand a key color's results for the connection to its color (Note
+-- [One reply event per inbox]).
+deliver :: Env -> Conn -> [Result] -> IO ()
+deliver env c results = do
+  first <- atomicModifyIORef' (connInbox c) (\batches -> (results : batches, null batches))
+  when first $ post (envRuntime env) (connColor c) hReply takeInbox
+  where
+    takeInbox = do
+      batches <- atomicModifyIORef' (connInbox c) (\batches -> ([], batches))
+      envResults env c (concat (reverse batches))
 
 -- | A command's reply as a result, made ready here (in IO, so that it is
 -- made now, not left as a thunk holding the command's work).

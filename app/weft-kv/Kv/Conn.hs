@@ -1,8 +1,8 @@
 {-# LANGUAGE BangPatterns #-}
 -- | weft-kv's connections: what the server's events share ('Env'), a
 -- connection's state ('Conn'), and putting replies in request order
--- (Note [Reply order]). Every field of a 'Conn' belongs to the
--- connection's color.
+-- (Note [Reply order]). Every field of a 'Conn' but its inbox belongs to
+-- the connection's color.
 module Kv.Conn
   ( -- * What the events share
     Env (..)
@@ -69,8 +69,9 @@ data Env = Env
     -- connection on ("Kv.Server").
   }
 
--- | A connection. Every field is read and written only by events of
--- 'connColor' (the acceptor creates it before the first such event).
+-- | A connection. Every field but 'connInbox' is read and written only by
+-- events of 'connColor' (the acceptor creates it before the first such
+-- event).
 data Conn = Conn
   { connSocket  :: !Net.Socket
   , connPeer    :: !SockAddr
@@ -100,6 +101,11 @@ data Conn = Conn
     -- ^ Commands decoded but held back behind a survey until the
     -- commands before it have run (Note [Store-wide commands] in
     -- "Kv.Batch"); reading pauses while there are any.
+  , connInbox   :: !(IORef [[Result]])
+    -- ^ The one field other colors write: results the key colors have
+    -- delivered and the connection's color has not yet taken, each
+    -- color's batch in order, latest batch first (Note [One reply event
+    -- per inbox] in "Kv.Batch").
   }
 
 -- | A connection's counts ('connCounts'): the sequence number the next

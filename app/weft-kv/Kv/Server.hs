@@ -202,6 +202,7 @@ adopt env (sock, peer) = do
       c <- Conn sock peer fw color <$> newIORef newDecoder <*> pure counts
              <*> newIORef IntMap.empty <*> newOut <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
+             <*> newIORef []
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
