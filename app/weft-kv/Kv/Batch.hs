@@ -319,7 +319,9 @@ deliver env c results = do
   where
     takeInbox = do
       batches <- atomicModifyIORef' (connInbox c) (\batches -> ([], batches))
-      envResults env c (concat (reverse batches))
+      envResults env c $ case batches of
+        [one] -> one
+        _ -> concat (reverse batches)
 
 -- | A command's reply as a result, made ready here (in IO, so that it is
 -- made now, not left as a thunk holding the command's work).
