@@ -296,12 +296,12 @@ runWorks env c color works = do
 -- A read's commands on random keys go to as many key colors as there are
 -- commands, and each color's event has results for the connection. Were
 -- each to post its own event to the connection's color, a pipeline of 16
--- such commands would cost 33 events; events, not the commands, would be
--- most of the work. So the key colors leave their results in the
--- connection's inbox ('connInbox', the one field of a 'Conn' that other
--- colors write, always with an atomic update), and only the color whose
--- results find the inbox empty posts the reply event; that event takes
--- everything in the inbox when it runs. Every result is taken: a result
+-- such commands would cost 33 events, each a post, a turn of the
+-- connection's color and a walk of its replies. So the key colors leave
+-- their results in the connection's inbox ('connInbox', the one field of
+-- a 'Conn' that other colors write, always with an atomic update), and
+-- only the color whose results find the inbox empty posts the reply
+-- event; that event takes everything in the inbox when it runs. Every result is taken: a result
 -- that finds the inbox not empty is put beside results whose reply event
 -- has been posted and has not yet taken them, and that event takes it
 -- too. A reply event never finds the inbox empty, since only reply events
