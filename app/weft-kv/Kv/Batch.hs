@@ -227,8 +227,8 @@ noWork _ = False
 -- its color's keys; the colors count down a shared counter, and the last
 -- one answers (for a survey, with the parts joined: 'joinSurvey'); no
 -- other color posts a result. An empty store answers at once. With the
--- default 64 key colors that is at most 64 events; with 65536 colors and
--- 100,000 keys, some 50,000, about 0.1 s.
+-- default key colors (8 per core) that is at most 8 events per core;
+-- with 65536 colors and 100,000 keys, some 50,000, about 0.1 s.
 --
 -- The client sees its own writes, as with redis. Unlike redis's, the
 -- result is not one snapshot of the store when other clients write at

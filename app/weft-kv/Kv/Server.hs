@@ -13,6 +13,7 @@
 module Kv.Server
   ( ServerConfig (..)
   , defaultServerConfig
+  , keyColorsFor
   , runServer
   ) where
 
@@ -77,17 +78,27 @@ data ServerConfig = ServerConfig
     -- the middle of a command or not reading its replies.
   , serverKeyColors :: !Int
     -- ^ How many colors keys spread over (Note [One store per color] in
-    -- "Kv.Store"): a power of two up to 65536. Default 64: a pipeline of
-    -- unrelated keys then runs as a few events, not one per command, and
-    -- 64 colors still give a work-stealing runtime plenty to spread.
+    -- "Kv.Store"): a power of two up to 65536, or 0 (the default) for
+    -- 'keyColorsFor' the runtime's cores. A read's commands cost an
+    -- event per key color they touch, so fewer colors batch a pipeline of
+    -- unrelated keys into fewer events; more give the runtime a finer
+    -- grain to steal.
   }
+
+-- | The key colors of the default: eight per core of the runtime, as a
+-- power of two (8 on one core, 16 on two, 32 on three or four), at most
+-- 65536: enough that every core has colors to run and to give away, few
+-- enough that a pipeline of unrelated keys is not an event per command
+-- (docs/benchmarks.md, "weft-kv with random keys").
+keyColorsFor :: Int -> Int
+keyColorsFor cores = min 65536 (until (>= 8 * max 1 cores) (* 2) 1)
 
 -- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
 -- (1 KiB of minimum receive once one is set), 64 MiB of waiting replies
 -- at most, and 60 s for a client to take some of them.
 defaultServerConfig :: ServerConfig
 defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> return ()) 0 1024 (64 * 1048576) 60000000 0
-                                  Net.EvictNone 64
+                                  Net.EvictNone 0
 
 -- | Serve the Redis protocol on the address until this thread is killed;
 -- then stop accepting, let the runtime finish the events it accepted, and
@@ -96,7 +107,7 @@ defaultServerConfig = ServerConfig defaultLimits Color.defaultConfig (\_ -> retu
 runServer :: ServerConfig -> SockAddr -> IO ()
 runServer cfg addr = do
   rt <- Color.newRuntime (serverRuntime cfg)
-  store <- newStore (serverKeyColors cfg)
+  store <- newStore (if serverKeyColors cfg > 0 then serverKeyColors cfg else keyColorsFor (Color.runtimeCores rt))
   live <- newIORef IntMap.empty
   let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
                 (serverOutputLimit cfg) (serverSendStall cfg) (resultsArrived env)
