@@ -127,9 +127,11 @@ keyHash (BI.PS fp off len) =
 ------------------------------------------------------------------------------
 -- Values
 
--- | What a key holds.
+-- | What a key holds. A string's fields are unpacked into its value: one
+-- object fewer per stored string for the collector to copy and a lookup
+-- to follow.
 data Value
-  = VString !ByteString
+  = VString {-# UNPACK #-} !ByteString
   | VList !Deque
   | VSet !(Set.Set ByteString)
   | VHash !(Map.Map ByteString ByteString)
