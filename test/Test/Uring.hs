@@ -409,7 +409,10 @@ spec usable = describe "io_uring backend" $ do
                 >>= maybe (return (made, True)) (\c' -> fill (k + 1) (c' : made))
       (made, timedOut) <- fill 0 [] `finally` W.close full
       mapM_ W.close made
-      timedOut `shouldBe` True
+      -- The test is about the timeout: had every connect completed, it
+      -- would have cancelled nothing.
+      unless timedOut $ expectationFailure
+        ("all " ++ show (length made) ++ " connects to a listener with a full accept queue completed; none timed out")
       eventually "nothing on the ring" ((== 0) <$> ringStat E.ringInflight)
       eventually "every fd closed" ((<= fds0) <$> openFdCount)
 

@@ -1,8 +1,8 @@
 {-# LANGUAGE BangPatterns #-}
 -- | A socket's requests on a ring, under a completion backend (Note [Two
 -- ways to wait] in "Weft.Event.Internal.Completions"): receives, sends,
--- accepts and connects the ring performs, and what cancelled ones kept. Calls on a
--- socket without a ring ('mayUseRing') never come here.
+-- accepts and connects the ring performs, and what cancelled ones kept.
+-- Calls on a socket without a ring ('mayUseRing') never come here.
 -- Internal and unstable: weft's own modules and tests use it.
 module Weft.Net.Internal.Socket.Ring
   ( takeLeftover

@@ -95,9 +95,9 @@
 -- outcome. It is a request of the send kind (it waits for the socket's
 -- room, and takes nothing a reader waits for): it occupies the socket's
 -- sending slot, and is cancelled and closed as a send is. One case goes
--- back to readiness: the OS thread
--- that submitted it exited, and the kernel cancelled it (Note [Submitting
--- threads] in "Weft.Event.Internal.Backend.Uring"). The handshake may be
+-- back to readiness: the OS thread that submitted it exited, and the
+-- kernel cancelled it (Note [Submitting threads] in
+-- "Weft.Event.Internal.Backend.Uring"). The handshake may be
 -- under way then, so the request is not submitted again (a second connect
 -- would say @EALREADY@); its waiter is told 'RingBusy', and waits for
 -- writability as under epoll.
