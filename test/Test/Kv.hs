@@ -16,6 +16,7 @@ import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import Data.Char (toUpper)
 import Data.List (sort, sortOn)
+import Data.Primitive.ByteArray (ByteArray)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -93,6 +94,15 @@ instance Arbitrary TableOp where
     , (1, TableGrow <$> choose (1, 60) <*> arbitrary) ]
     where keyName = C.pack <$> resize 4 (listOf (elements "abc"))
 
+-- | A table entry for the tests: a stored key and a number.
+data TestEntry = TestEntry !ByteArray !Int
+
+testValue :: TestEntry -> Int
+testValue (TestEntry _ v) = v
+
+instance Keyed TestEntry where
+  entryKey (TestEntry k _) = k
+
 tableSpec :: Spec
 tableSpec = describe "a color's keys (Kv.Table)" $ do
   modifyMaxSuccess (const 200) $ prop "agree with Data.Map, with hashes that collide or not" $
@@ -103,8 +113,9 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
       let hashOf k = if collide then B.length k `mod` 3
                      else B.foldl' (\h c -> h * 31 + fromIntegral c) 7 k * (-7046029254386353131)
           -- Insert or replace, as the store does: look first.
-          put t k v = tableFind t (hashOf k) k >>= \i ->
-            if i >= 0 then tableSet t i v else tableInsert t (hashOf k) k v
+          put t k v = tableFind t (hashOf k) k >>= \i -> if i >= 0
+            then tableValue t i >>= \(TestEntry stored _) -> tableSet t i (TestEntry stored v)
+            else storedKey k >>= \stored -> tableInsert t (hashOf k) (TestEntry stored v)
           remove t k = tableFind t (hashOf k) k >>= \i -> when (i >= 0) (tableDelete t i)
           grown n = [ C.pack ("g" ++ show j) | j <- [1 .. n] ]
           step t m op = case op of
@@ -115,12 +126,12 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
               if undo then mapM_ (remove t) (grown n) >> return (foldr Map.delete m (grown n))
                 else return (foldr (\k -> Map.insert k n) m (grown n))
           agrees t m = do
-            listed <- tableFold (\acc k v -> (k, v) : acc) [] t
+            listed <- tableFold (\acc k (TestEntry _ v) -> (k, v) : acc) [] t
             size <- tableSize t
             cap <- tableCapacity t
             found <- forM (Map.keys m ++ map C.pack ["", "a", "zz", "g1", "abca"]) $ \k -> do
               i <- tableFind t (hashOf k) k
-              v <- if i >= 0 then Just <$> tableValue t i else return Nothing
+              v <- if i >= 0 then Just . testValue <$> tableValue t i else return Nothing
               return (v === Map.lookup k m)
             return $ sortOn fst listed === Map.toList m .&&. size === Map.size m
               .&&. counterexample ("capacity " ++ show cap) (4 * size <= 3 * cap && (cap <= 8 || 8 * size >= cap `div` 2))
@@ -134,7 +145,7 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
       conjoin <$> steps Map.empty ops
   it "forgets every key when cleared" $ do
     t <- newTable
-    forM_ [1 .. 100 :: Int] $ \j -> tableInsert t j (C.pack (show j)) j
+    forM_ [1 .. 100 :: Int] $ \j -> storedKey (C.pack (show j)) >>= \k -> tableInsert t j (TestEntry k j)
     tableClear t
     tableSize t `shouldReturn` 0
     tableFind t 7 "7" `shouldReturn` (-1)

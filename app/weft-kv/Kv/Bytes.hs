@@ -24,13 +24,14 @@ import Foreign.Storable (peekByteOff, pokeByteOff)
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
+import Kv.Str (strCopy, strLength, strString)
 
 -- | The commands of this module, for "Kv.Command"'s table.
 byteCommands :: [Command]
 byteCommands =
   [ ("GETRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . getrangeOp i))))
   , ("APPEND", (Exactly 2, \[k, v] -> OnKey k (appendOp v)))
-  , ("SETRANGE", (Exactly 3, \[k, off, x] -> withInt off (setrangeCommand k (B.copy x))))
+  , ("SETRANGE", (Exactly 3, \[k, off, x] -> withInt off (setrangeCommand k x)))
   , ("GETBIT", (Exactly 2, \[k, off] -> withBitOffset off (OnKey k . getbitOp)))
   , ("SETBIT", (Exactly 3, setbitCommand))
   ]
@@ -45,28 +46,29 @@ maxStringBytes = 512 * 1024 * 1024
 getrangeOp :: Int -> Int -> KeyOp
 getrangeOp start end _ _ v = case v of
   Nothing -> Outcome Keep (RBulk B.empty)
-  Just (VString s) -> Outcome Keep (RBulk (slice (B.length s)))
-    where
-      slice n
-        | start < 0 && end < 0 && start > end = B.empty
-        | otherwise =
-            let a = max 0 (if start < 0 then n + start else start)
-                b0 = if end < 0 then n + end else end
-                b = min (n - 1) (max 0 b0)
-            in if n == 0 || a > b then B.empty else B.take (b - a + 1) (B.drop a s)
+  Just (VString stored) -> Outcome Keep (RBulk (slice (strString stored)))
   Just _ -> Outcome Keep wrongType
+  where
+    slice s
+      | start < 0 && end < 0 && start > end = B.empty
+      | otherwise =
+          let n = B.length s
+              a = max 0 (if start < 0 then n + start else start)
+              b0 = if end < 0 then n + end else end
+              b = min (n - 1) (max 0 b0)
+          in if n == 0 || a > b then B.empty else B.take (b - a + 1) (B.drop a s)
 
 -- | APPEND: the string's new length; a missing key is an empty string. A
 -- result over 'maxStringBytes' is an error, and the string stays.
 appendOp :: ByteString -> KeyOp
 appendOp more _ _ v = case v of
   Nothing -> grown B.empty
-  Just (VString s) -> grown s
+  Just (VString s) -> grown (strString s)
   Just _ -> Outcome Keep wrongType
   where
     grown s
       | B.length s > maxStringBytes - B.length more = Outcome Keep exceedsMaximum
-      | otherwise = let s' = s <> more in Outcome (Replace (VString s')) (RInt (B.length s'))
+      | otherwise = let s' = s <> more in Outcome (Replace (VString (strCopy s'))) (RInt (B.length s'))
 
 -- | redis's error for a string that would pass 'maxStringBytes'.
 exceedsMaximum :: Reply
@@ -86,11 +88,11 @@ setrangeCommand k x off
       Nothing | B.null x -> Outcome Keep (RInt 0)
               | tooLong -> Outcome Keep exceedsMaximum
               | otherwise -> write B.empty
-      Just (VString s) | B.null x -> Outcome Keep (RInt (B.length s))
+      Just (VString s) | B.null x -> Outcome Keep (RInt (strLength s))
                        | tooLong -> Outcome Keep exceedsMaximum
-                       | otherwise -> write s
+                       | otherwise -> write (strString s)
       Just _ -> Outcome Keep wrongType
-    write s = let s' = overwrite s off x in Outcome (Replace (VString s')) (RInt (B.length s'))
+    write s = let s' = overwrite s off x in Outcome (Replace (VString (strCopy s'))) (RInt (B.length s'))
 
 -- | The string with @x@ written from @off@, zero-padded as needed.
 overwrite :: ByteString -> Int -> ByteString -> ByteString
@@ -111,7 +113,7 @@ withBitOffset s k = case readInteger s of
 getbitOp :: Int -> KeyOp
 getbitOp off _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
-  Just (VString s) -> RInt (bitAt s off)
+  Just (VString s) -> RInt (bitAt (strString s) off)
   Just _ -> wrongType
 
 -- | The bit at the offset (bit 0 the most significant of byte 0), 0 past
@@ -133,7 +135,7 @@ setbitCommand _ = Answer syntaxError
 setbitOp :: Int -> Bool -> KeyOp
 setbitOp off on _ _ v = case v of
   Nothing -> set B.empty
-  Just (VString s) -> set s
+  Just (VString s) -> set (strString s)
   Just _ -> Outcome Keep wrongType
   where
     byte = off `shiftR` 3
@@ -144,4 +146,4 @@ setbitOp off on _ _ v = case v of
                   BU.unsafeUseAsCStringLen s $ \(src, len) -> copyBytes p (castPtr src) len
                   w <- peekByteOff p byte :: IO Word8
                   pokeByteOff p byte (if on then w .|. mask else w .&. complement mask)
-            in Outcome (Replace (VString s')) (RInt old)
+            in Outcome (Replace (VString (strCopy s'))) (RInt old)

@@ -43,6 +43,7 @@ import Kv.Plan
 import Kv.Resp
 import Kv.Sets (setCommands)
 import Kv.Store
+import Kv.Str (Str, strCopy, strLength, strString)
 import Kv.Text (LongDoubleSum (..), addLongDouble, globMatch)
 import Kv.ZSets (zsetCommands)
 import Weft.Net (byteAt)
@@ -188,7 +189,7 @@ memoryCommand (sub : k : opts)
       _ -> Answer syntaxError
   where
     usage = OnKey k (\_ _ v -> Outcome Keep (maybe RNil (RInt . (+ (B.length k + perItem)) . valueBytes) v))
-    valueBytes (VString s) = B.length s
+    valueBytes (VString s) = strLength s
     valueBytes (VList xs) = sum [ B.length x + perItem | x <- dequeToList xs ]
     valueBytes (VSet xs) = sum [ B.length x + perItem | x <- Set.toList xs ]
     valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- Map.toList h ]
@@ -263,12 +264,12 @@ stringCommands =
   , ("SET", (AtLeast 2, setCommand))
   , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, mgetOp) | k <- ks ] RArray))
   , ("MSET", (AtLeast 2, msetCommand))
-  , ("SETNX", (Exactly 2, \[k, v] -> OnKey k (setnxOp (B.copy v))))
+  , ("SETNX", (Exactly 2, \[k, v] -> OnKey k (setnxOp (strCopy v))))
   , ("SETEX", (Exactly 3, \[k, t, v] -> setexCommand "setex" Seconds k t v))
   , ("PSETEX", (Exactly 3, \[k, t, v] -> setexCommand "psetex" Millis k t v))
   , ("GETDEL", (Exactly 1, \[k] -> OnKey k getdelOp))
   , ("GETEX", (AtLeast 1, getexCommand))
-  , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (B.copy v))))
+  , ("GETSET", (Exactly 2, \[k, v] -> OnKey k (getsetOp (strCopy v))))
   , ("INCRBYFLOAT", (Exactly 2, \[k, n] -> OnKey k (incrbyfloatOp (B.copy n))))
   , ("STRLEN", (Exactly 1, \[k] -> OnKey k strlenOp))
   , ("INCR", (Exactly 1, \[k] -> OnKey k (incrOp 1)))
@@ -284,7 +285,7 @@ getOp _ _ v = Outcome Keep (stringReply v)
 setexCommand :: ByteString -> TimeUnit -> ByteString -> ByteString -> ByteString -> Plan
 setexCommand command unit k t v = case readInteger t of
   Nothing -> Answer notInteger
-  Just _ -> OnKey k (setOp command (B.copy v) (SetOptions Nothing False False (Just (unit, t))))
+  Just _ -> OnKey k (setOp command (strCopy v) (SetOptions Nothing False False (Just (unit, t))))
 
 -- | GETEX key [EX s | PX ms | EXAT s | PXAT ms | PERSIST]: GET, changing
 -- the key's expiry. As in redis, the options are checked first, then the
@@ -311,16 +312,16 @@ getexOp expiry persist now deadline v = case v of
       Nothing -> Outcome Keep notInteger
       Just t -> case expiryDeadline "getex" now unit t of
         Left e -> Outcome Keep e
-        Right d -> Outcome (ExpireAt d) (RBulk s)
+        Right d -> Outcome (ExpireAt d) (RStored s)
     Nothing
-      | persist && deadline /= 0 -> Outcome (Fresh (VString s)) (RBulk s)
-      | otherwise -> Outcome Keep (RBulk s)
+      | persist && deadline /= 0 -> Outcome (Fresh (VString s)) (RStored s)
+      | otherwise -> Outcome Keep (RStored s)
   _ -> Outcome Keep (stringReply v)
 
 -- | GETDEL: GET, then delete the key if it held a string.
 getdelOp :: KeyOp
 getdelOp _ _ v = case v of
-  Just (VString s) -> Outcome Delete (RBulk s)
+  Just (VString s) -> Outcome Delete (RStored s)
   _ -> Outcome Keep (stringReply v)
 
 -- | INCRBYFLOAT key increment: in C's long double, as redis; the key
@@ -328,11 +329,11 @@ getdelOp _ _ v = case v of
 incrbyfloatOp :: ByteString -> KeyOp
 incrbyfloatOp incr _ _ v = case v of
   Nothing -> add Nothing
-  Just (VString s) -> add (Just s)
+  Just (VString s) -> add (Just (strString s))
   Just _ -> Outcome Keep wrongType
   where
     add start = case addLongDouble start incr of
-      Sum r -> Outcome (Replace (VString r)) (RBulk r)
+      Sum r -> Outcome (Replace (VString (strCopy r))) (RBulk r)
       NotFinite -> Outcome Keep (RError "ERR increment would produce NaN or Infinity")
       _ -> Outcome Keep (RError "ERR value is not a valid float")
 
@@ -340,33 +341,33 @@ incrbyfloatOp incr _ _ v = case v of
 stringReply :: Maybe Value -> Reply
 stringReply v = case v of
   Nothing -> RNil
-  Just (VString s) -> RBulk s
+  Just (VString s) -> RStored s
   Just _ -> wrongType
 
 -- | SETNX: set a string only if the key does not exist (of any type).
-setnxOp :: ByteString -> KeyOp
+setnxOp :: Str -> KeyOp
 setnxOp new _ _ v = case v of
   Nothing -> Outcome (Fresh (VString new)) (RInt 1)
   Just _ -> Outcome Keep (RInt 0)
 
 -- | GETSET: set a string (dropping any expiry), answering the old one.
-getsetOp :: ByteString -> KeyOp
+getsetOp :: Str -> KeyOp
 getsetOp new _ _ v = case v of
   Nothing -> Outcome (Fresh (VString new)) RNil
-  Just (VString old) -> Outcome (Fresh (VString new)) (RBulk old)
+  Just (VString old) -> Outcome (Fresh (VString new)) (RStored old)
   Just _ -> Outcome Keep wrongType
 
 strlenOp :: KeyOp
 strlenOp _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
-  Just (VString s) -> RInt (B.length s)
+  Just (VString s) -> RInt (strLength s)
   Just _ -> wrongType
 
 -- | MGET's part for one key: as GET, but a key of another type is nil,
 -- as redis has it.
 mgetOp :: KeyOp
 mgetOp _ _ v = Outcome Keep $ case v of
-  Just (VString s) -> RBulk s
+  Just (VString s) -> RStored s
   _ -> RNil
 
 -- | How SET's expiry argument counts.
@@ -390,7 +391,7 @@ setCommand (k : v : opts0) = go opts0 (SetOptions Nothing False False Nothing)
   where
     go [] o = case setExpiry o of
       Just (_, n) | Nothing <- readInteger n -> Answer notInteger
-      _ -> OnKey k (setOp "set" (B.copy v) o)
+      _ -> OnKey k (setOp "set" (strCopy v) o)
     go (opt : rest) o = case upper opt of
       "NX" | setIfExists o /= Just True -> go rest o { setIfExists = Just False }
       "XX" | setIfExists o /= Just False -> go rest o { setIfExists = Just True }
@@ -411,7 +412,7 @@ setCommand _ = Answer syntaxError
 
 -- | SET (and the commands that are SET with options: SETEX, PSETEX, MSET),
 -- named in its errors as the command that was sent.
-setOp :: ByteString -> ByteString -> SetOptions -> KeyOp
+setOp :: ByteString -> Str -> SetOptions -> KeyOp
 setOp command new o now _ old = case setExpiry o of
   Just (unit, n) -> case expiryDeadline command now unit (maybe 0 id (readInteger n)) of
     Left e -> Outcome Keep e
@@ -467,19 +468,19 @@ msetCommand kvs
   | otherwise = OnKeys (pairs kvs) (\rs -> case [ e | e@(RError _) <- rs ] of (e : _) -> e; [] -> ok)
   where
     plain = SetOptions Nothing False False Nothing
-    pairs (k : v : rest) = (k, setOp "mset" (B.copy v) plain) : pairs rest
+    pairs (k : v : rest) = (k, setOp "mset" (strCopy v) plain) : pairs rest
     pairs _ = []
 
 incrOp :: Int -> KeyOp
 incrOp d _ _ v = case v of
   Nothing -> store 0
-  Just (VString s) -> maybe (Outcome Keep notInteger) store (readInteger s)
+  Just (VString s) -> maybe (Outcome Keep notInteger) store (readInteger (strString s))
   Just _ -> Outcome Keep wrongType
   where
     store n
       | (d > 0 && n > maxBound - d) || (d < 0 && n < minBound - d) =
           Outcome Keep (RError "ERR increment or decrement would overflow")
-      | otherwise = let n' = n + d in Outcome (Replace (VString (showInt n'))) (RInt n')
+      | otherwise = let n' = n + d in Outcome (Replace (VString (strCopy (showInt n')))) (RInt n')
 
 ------------------------------------------------------------------------------
 -- Keys

@@ -28,6 +28,7 @@ import GHC.ForeignPtr (mallocPlainForeignPtrBytes, unsafeWithForeignPtr)
 
 import qualified Weft.Net as Net
 
+import Kv.Str (strLength, strString)
 import Kv.Resp (Reply (..), encodeSized, headerSize, plainSize, sharedBulkBytes, writeArrayHeader, writeBulkHeader, writeBytes, writeCrlf, writeReply)
 
 -- Note [Replies in place]
@@ -138,6 +139,7 @@ shared o r = case r of
     put o (headerSize (B.length s)) (`writeBulkHeader` B.length s)
     reference o s
     put o 2 writeCrlf
+  RStored s | strLength s >= sharedBulkBytes -> shared o (RBulk (strString s))
   RArray xs -> do
     put o (headerSize (length xs)) (`writeArrayHeader` length xs)
     mapM_ (\x -> measured o (plainSize x) x) xs

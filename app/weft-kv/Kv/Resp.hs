@@ -58,6 +58,8 @@ import Foreign.Ptr (plusPtr)
 import GHC.Ptr (Ptr (..))
 import Foreign.Storable (peekByteOff, poke, pokeByteOff)
 
+import Kv.Str (Str, sharedBulkBytes, strLength, writeStr)
+
 ------------------------------------------------------------------------------
 -- Limits
 
@@ -349,6 +351,7 @@ data Reply
   | RError !ByteString    -- ^ @-ERR ...@, the text without the @-@; no CR or LF
   | RInt !Int             -- ^ @:42@
   | RBulk !ByteString     -- ^ @$3\\r\\nfoo@, binary-safe
+  | RStored !Str          -- ^ a stored string's bytes, sent as an 'RBulk' is
   | RNil                  -- ^ @$-1@, the missing bulk string
   | RArray [Reply]        -- ^ @*N@ followed by the elements
   | RNilArray             -- ^ @*-1@, the missing array
@@ -369,6 +372,7 @@ replySize r = case r of
   RError s -> B.length s + 3
   RInt n -> decimalLength n + 3
   RBulk s -> headerSize (B.length s) + B.length s + 2
+  RStored s -> headerSize (strLength s) + strLength s + 2
   RNil -> 5
   RArray xs -> elemsSize 0 0 xs
   RNilArray -> 5
@@ -389,6 +393,7 @@ writeReply p r = case r of
   RError s -> poke p 45 >> writeBytes (p `plusPtr` 1) s >>= writeCrlf
   RInt n -> poke p 58 >> decimal (p `plusPtr` 1) n >>= writeCrlf
   RBulk s -> writeBulkHeader p (B.length s) >>= \q -> writeBytes q s >>= writeCrlf
+  RStored s -> writeBulkHeader p (strLength s) >>= \q -> writeStr q s >>= writeCrlf
   RNil -> writeBytes p "$-1\r\n"
   RArray xs -> do
     q <- writeArrayHeader p (length xs)
@@ -419,6 +424,7 @@ writeCrlf p = poke p (13 :: Word8) >> poke (p `plusPtr` 1) (10 :: Word8) >> retu
 plainSize :: Reply -> Int
 plainSize r = case r of
   RBulk s | B.length s >= sharedBulkBytes -> -1
+  RStored s | strLength s >= sharedBulkBytes -> -1
   RArray xs -> elems 0 0 xs
   _ -> replySize r
   where
@@ -426,11 +432,6 @@ plainSize r = case r of
     elems !n !acc [] = if acc < 0 then -1 else headerSize n + acc
     elems n acc (x : rest) =
       let k = plainSize x in elems (n + 1) (if k < 0 || acc < 0 then -1 else acc + k) rest
-
--- | Bulk strings from this size on (16 KiB) are sent from where they are
--- stored (Note [Replies in place] in "Kv.Out").
-sharedBulkBytes :: Int
-sharedBulkBytes = 16384
 
 -- | Digits of a decimal integer, with its sign.
 decimalLength :: Int -> Int

@@ -44,6 +44,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString.Internal as BI
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
+import Data.Primitive.ByteArray (ByteArray, emptyByteArray)
 import qualified Data.Set as Set
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.System (SystemTime (..), getSystemTime)
@@ -58,6 +59,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout)
 import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Table
 import Kv.Resp (Reply (..))
+import Kv.Str (Str)
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -127,11 +129,10 @@ keyHash (BI.PS fp off len) =
 ------------------------------------------------------------------------------
 -- Values
 
--- | What a key holds. A string's fields are unpacked into its value: one
--- object fewer per stored string for the collector to copy and a lookup
--- to follow.
+-- | What a key holds. A string is its bytes (Note [Stored strings] in
+-- "Kv.Str").
 data Value
-  = VString {-# UNPACK #-} !ByteString
+  = VString {-# UNPACK #-} !Str
   | VList !Deque
   | VSet !(Set.Set ByteString)
   | VHash !(Map.Map ByteString ByteString)
@@ -159,7 +160,7 @@ emptyZSet = ZSet Map.empty Set.empty
 -- parts]).
 valuePart :: Int -> Value -> Reply
 valuePart deadline v = RArray (RInt deadline : case v of
-  VString s -> [RInt 0, RBulk s]
+  VString s -> [RInt 0, RStored s]
   VList xs -> RInt 1 : map RBulk (dequeToList xs)
   VSet xs -> RInt 2 : map RBulk (Set.toAscList xs)
   VHash h -> RInt 3 : concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ]
@@ -168,7 +169,7 @@ valuePart deadline v = RArray (RInt deadline : case v of
 -- | The value and expiry deadline of a part 'valuePart' wrote.
 partValue :: Reply -> Maybe (Int, Value)
 partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
-  0 | [RBulk s] <- xs -> Just (VString s)
+  0 | [RStored s] <- xs -> Just (VString s)
   1 -> VList . dequeFromList <$> traverse bulk xs
   2 -> VSet . Set.fromDistinctAscList <$> traverse bulk xs
   3 -> VHash . Map.fromDistinctAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
@@ -193,8 +194,14 @@ itemsScored (RBulk m : RInt b : rest) = ((castWord64ToDouble (fromIntegral b), m
 itemsScored [] = Just []
 itemsScored _ = Nothing
 
--- | A key and what it holds, with its expiry if any.
-data Entry = Entry !Value !Expiry
+-- | A key (its bytes as 'storedKey' copied them) and what it holds, with
+-- its expiry if any: what a table's cell holds (Note [Slots in cells] in
+-- "Kv.Table").
+data Entry = Entry {-# UNPACK #-} !ByteArray !Value !Expiry
+
+instance Keyed Entry where
+  entryKey (Entry k _ _) = k
+  {-# INLINE entryKey #-}
 
 data Expiry
   = Persistent
@@ -292,55 +299,60 @@ runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> Int -
 runKeyOp (Store tables mask) arm clocks h key op = do
   let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
-  if found < 0 then run t (-1) Nothing Persistent 0 else do
-    Entry v e <- tableValue t found
+  if found < 0 then run t (-1) noKey Nothing Persistent 0 else do
+    Entry k v e <- tableValue t found
     case e of
       -- A key already past its deadline is gone, whatever its timer says.
       ExpiresAt deadline _
-        | now >= deadline -> tableDelete t found >> run t (-1) Nothing Persistent 0
-        | otherwise -> run t found (Just v) e deadline
-      Persistent -> run t found (Just v) Persistent 0
+        | now >= deadline -> tableDelete t found >> run t (-1) noKey Nothing Persistent 0
+        | otherwise -> run t found k (Just v) e deadline
+      Persistent -> run t found k (Just v) Persistent 0
   where
     now = nowMono clocks
-    -- The key's slot (-1 if it has none), its live value, expiry and
-    -- deadline (0 if none).
-    run t i live expiry deadlineOf = do
+    -- The key's slot (-1 if it has none) and stored key ('noKey' if
+    -- none), its live value, expiry and deadline (0 if none).
+    run t i k live expiry deadlineOf = do
       let !(Outcome update reply) = op clocks deadlineOf live
       case update of
         Keep -> return ()
         Delete -> do
           cancel expiry
           when (i >= 0) (tableDelete t i)
-        Replace v -> putEntry t h i key (Entry v expiry)
+        Replace v -> putEntry t h i k key v expiry
         Fresh v -> do
           cancel expiry
-          putEntry t h i key (Entry v Persistent)
+          putEntry t h i k key v Persistent
         FreshUntil v deadline -> do
           cancel expiry
-          expireLater t arm now h i key v deadline
+          expireLater t arm now h i k key v deadline
         ExpireAt deadline -> forM_ live $ \v -> do
           cancel expiry
-          expireLater t arm now h i key v deadline
+          expireLater t arm now h i k key v deadline
       return reply
 
--- | Store an entry in the key's slot, or under a new slot (and a copy of
--- the key) if it has none (-1).
-putEntry :: Table Entry -> Int -> Int -> ByteString -> Entry -> IO ()
-putEntry t h i key e
-  | i >= 0 = tableSet t i e
-  | otherwise = tableInsert t h key e
+-- | Store a value and expiry in the key's slot (whose stored key is
+-- given), or under a new slot with a copy of the key if it has none (-1).
+putEntry :: Table Entry -> Int -> Int -> ByteArray -> ByteString -> Value -> Expiry -> IO ()
+putEntry t h i k key v e
+  | i >= 0 = tableSet t i (Entry k v e)
+  | otherwise = storedKey key >>= \k' -> tableInsert t h (Entry k' v e)
 {-# INLINE putEntry #-}
+
+-- | The stored key of a key that has no slot yet: never read.
+noKey :: ByteArray
+noKey = emptyByteArray
+{-# NOINLINE noKey #-}
 
 -- | Store a value that expires at the deadline, with its timer; or delete
 -- the key if the deadline has passed. Top level, so that 'runKeyOp' does
 -- not allocate it as a closure for every operation.
 expireLater :: Table Entry -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Int -> Int
-            -> ByteString -> Value -> Int -> IO ()
-expireLater t arm now h i key v deadline
+            -> ByteArray -> ByteString -> Value -> Int -> IO ()
+expireLater t arm now h i k key v deadline
   | deadline <= now = when (i >= 0) (tableDelete t i)
   | otherwise = do
       timer <- arm key deadline (timerDelay now deadline)
-      putEntry t h i key (Entry v (ExpiresAt deadline timer))
+      putEntry t h i k key v (ExpiresAt deadline timer)
 {-# NOINLINE expireLater #-}
 
 cancel :: Expiry -> IO ()
@@ -371,7 +383,7 @@ expireDue (Store tables mask) arm key armedFor = do
       t = indexArray tables (h .&. mask)
   i <- tableFind t h key
   when (i >= 0) $ do
-    Entry v e <- tableValue t i
+    Entry k v e <- tableValue t i
     case e of
       ExpiresAt deadline _ | deadline == armedFor -> do
         now <- nowMono <$> readNow
@@ -379,7 +391,7 @@ expireDue (Store tables mask) arm key armedFor = do
           then tableDelete t i
           else do
             next <- arm key deadline (timerDelay now deadline)
-            tableSet t i (Entry v (ExpiresAt deadline next))
+            tableSet t i (Entry k v (ExpiresAt deadline next))
       _ -> return ()
 
 -- | One color's part of a read of every key, at the given time: its live
@@ -392,7 +404,7 @@ surveyColor (Store tables _) color clocks op = case op of
   MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
   where
     t = indexArray tables color
-    live (Entry _ (ExpiresAt deadline _)) = deadline > nowMono clocks
+    live (Entry _ _ (ExpiresAt deadline _)) = deadline > nowMono clocks
     live _ = True
 
 -- | The reply of a read of every key, from the colors' parts.
@@ -415,6 +427,6 @@ occupiedColors (Store tables _) = go 0 []
 flushColor :: Store -> Int -> IO ()
 flushColor (Store tables _) color = do
   let t = indexArray tables color
-  timers <- tableFold (\acc _ (Entry _ e) -> e : acc) [] t
+  timers <- tableFold (\acc _ (Entry _ _ e) -> e : acc) [] t
   mapM_ cancel timers
   tableClear t

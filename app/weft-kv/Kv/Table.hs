@@ -4,6 +4,8 @@
 -- test suite checks it against "Data.Map", hashes that collide included.
 module Kv.Table
   ( Table
+  , Keyed (..)
+  , storedKey
   , newTable
   , tableSize
   , tableFind
@@ -30,9 +32,11 @@ import Data.Primitive.PrimArray
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Ptr (Ptr, plusPtr)
-import GHC.Exts (ByteArray#, Int (..), Ptr (..), copyAddrToByteArray#, newByteArray#, prefetchMutableByteArray0#, unsafeFreezeByteArray#)
+import GHC.Exts (ByteArray#, Int (..), prefetchMutableByteArray0#)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import GHC.IO (IO (..))
+
+import Kv.Str (unpinnedCopy)
 
 -- Note [A color's table]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -89,6 +93,12 @@ import GHC.IO (IO (..))
 -- contents: the collector then looks at the cells written since it last
 -- ran, one pointer each. The cell array itself is written only when the
 -- table is rebuilt, and then it is new.
+--
+-- A cell holds the entry itself, and the entry carries its key ('Keyed'):
+-- a write then makes one object for the table (the entry), not a pair of
+-- key and entry around it, and a lookup follows one pointer fewer. The
+-- cell of an empty or deleted slot holds 'noEntry', which is never read:
+-- the slot's hash says it is vacant before its cell is looked at.
 
 -- | A color's keys and their entries.
 newtype Table a = Table (IORef (Tab a))
@@ -96,14 +106,16 @@ newtype Table a = Table (IORef (Tab a))
 data Tab a = Tab
   { tabMask   :: {-# UNPACK #-} !Int
   , tabHashes :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
-  , tabCells  :: {-# UNPACK #-} !(MutableArray RealWorld (MutVar RealWorld (Slot a)))
+  , tabCells  :: {-# UNPACK #-} !(MutableArray RealWorld (MutVar RealWorld a))
     -- ^ one cell per slot (Note [Slots in cells])
   , tabCounts :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
     -- ^ 'liveCount' and 'usedCount'
   }
 
--- | What a cell holds.
-data Slot a = Vacant | Slot {-# UNPACK #-} !ByteArray !a
+-- | An entry that carries its key, as stored by 'storedKey' (Note [Slots
+-- in cells]).
+class Keyed a where
+  entryKey :: a -> ByteArray
 
 -- | The keys in the table; the slots that are not empty (keys and
 -- tombstones).
@@ -124,7 +136,7 @@ newTab :: Int -> IO (Tab a)
 newTab cap = do
   t <- bareTab cap
   let fill :: Int -> IO ()
-      fill !i = when (i < cap) $ newMutVar Vacant >>= writeArray (tabCells t) i >> fill (i + 1)
+      fill !i = when (i < cap) $ newMutVar noEntry >>= writeArray (tabCells t) i >> fill (i + 1)
   t <$ fill 0
 
 -- | A table of the given capacity without cells (a rebuild fills them).
@@ -139,6 +151,10 @@ bareTab cap = do
 
 noCell :: a
 noCell = errorWithoutStackTrace "weft-kv: a key table's slot has no cell"
+
+-- | What the cell of a vacant slot holds (Note [Slots in cells]).
+noEntry :: a
+noEntry = errorWithoutStackTrace "weft-kv: a vacant slot of a key table was read"
 
 -- | How many keys the table holds. The one function that may run on
 -- another color (Note [A color's table]).
@@ -177,7 +193,7 @@ tablePrefetch (Table ref) h0 = do
       I# off -> IO (\s -> (# prefetchMutableByteArray0# m off s, () #))
 
 -- | The slot of a key, given its hash, or -1 if it is not in the table.
-tableFind :: Table a -> Int -> ByteString -> IO Int
+tableFind :: Keyed a => Table a -> Int -> ByteString -> IO Int
 tableFind (Table ref) h0 key = do
   t <- readIORef ref
   let !h = storedHash h0
@@ -187,38 +203,32 @@ tableFind (Table ref) h0 key = do
         x <- readPrimArray (tabHashes t) i
         if x == 0 then return (-1)
         else if x == h then do
-          slot <- readArray (tabCells t) i >>= readMutVar
-          case slot of
-            Slot k _ | sameKey k key -> return i
-            _ -> go ((i + 1) .&. mask)
+          e <- readArray (tabCells t) i >>= readMutVar
+          if sameKey (entryKey e) key then return i else go ((i + 1) .&. mask)
         else go ((i + 1) .&. mask)
   go (homeSlot mask h)
+{-# INLINABLE tableFind #-}
 
 -- | The entry in a slot 'tableFind' returned.
 tableValue :: Table a -> Int -> IO a
 tableValue (Table ref) i = do
   t <- readIORef ref
-  slot <- readArray (tabCells t) i >>= readMutVar
-  case slot of
-    Slot _ v -> return v
-    Vacant -> errorWithoutStackTrace "weft-kv: a vacant slot of a key table was read"
+  readArray (tabCells t) i >>= readMutVar
 {-# INLINE tableValue #-}
 
--- | Replace the entry in a slot 'tableFind' returned; the key stays.
+-- | Replace the entry in a slot 'tableFind' returned. The new entry must
+-- carry the slot's key (the old entry's 'entryKey').
 tableSet :: Table a -> Int -> a -> IO ()
 tableSet (Table ref) i !v = do
   t <- readIORef ref
-  cell <- readArray (tabCells t) i
-  slot <- readMutVar cell
-  case slot of
-    Slot k _ -> writeMutVar cell (Slot k v)
-    Vacant -> errorWithoutStackTrace "weft-kv: a vacant slot of a key table was written"
+  readArray (tabCells t) i >>= \cell -> writeMutVar cell v
 {-# INLINE tableSet #-}
 
 -- | Add a key that is not in the table (the caller has just looked for
--- it), with its hash and entry. The key's bytes are copied.
-tableInsert :: Table a -> Int -> ByteString -> a -> IO ()
-tableInsert (Table ref) h0 key !v = do
+-- it), given its hash, with its entry, which carries the key as
+-- 'storedKey' made it.
+tableInsert :: Table a -> Int -> a -> IO ()
+tableInsert (Table ref) h0 !v = do
   t0 <- readIORef ref
   used <- readPrimArray (tabCounts t0) usedCount
   t <- if 4 * (used + 1) <= 3 * (tabMask t0 + 1) then return t0 else do
@@ -228,12 +238,11 @@ tableInsert (Table ref) h0 key !v = do
     let cap = tabMask t0 + 1
     t' <- rehash t0 (if 2 * (live + 1) > cap then 2 * cap else cap)
     t' <$ writeIORef ref t'
-  k <- copyKey key
   let !h = storedHash h0
   i <- freeSlot t h
   old <- readPrimArray (tabHashes t) i
   writePrimArray (tabHashes t) i h
-  readArray (tabCells t) i >>= \cell -> writeMutVar cell (Slot k v)
+  readArray (tabCells t) i >>= \cell -> writeMutVar cell v
   bump t liveCount 1
   when (old == 0) (bump t usedCount 1)
 
@@ -257,7 +266,7 @@ tableDelete (Table ref) i = do
   if next == 0
     then writePrimArray (tabHashes t) i 0 >> bump t usedCount (-1)
     else writePrimArray (tabHashes t) i 1
-  readArray (tabCells t) i >>= \cell -> writeMutVar cell Vacant
+  readArray (tabCells t) i >>= \cell -> writeMutVar cell noEntry
   bump t liveCount (-1)
   live <- readPrimArray (tabCounts t) liveCount
   let cap = mask + 1
@@ -287,7 +296,7 @@ rehash t cap = do
       fill :: Int -> IO ()
       fill !j = when (j < cap) $ do
         h <- readPrimArray (tabHashes t') j
-        when (h == 0) (newMutVar Vacant >>= writeArray (tabCells t') j)
+        when (h == 0) (newMutVar noEntry >>= writeArray (tabCells t') j)
         fill (j + 1)
   n <- move 0 0
   fill 0
@@ -297,17 +306,17 @@ rehash t cap = do
 
 -- | A strict left fold over every key and its entry, in no particular
 -- order. The keys are fresh strings.
-tableFold :: forall a b. (b -> ByteString -> a -> b) -> b -> Table a -> IO b
+tableFold :: forall a b. Keyed a => (b -> ByteString -> a -> b) -> b -> Table a -> IO b
 tableFold f z0 (Table ref) = do
   t <- readIORef ref
   let go :: Int -> b -> IO b
       go !i !z
         | i > tabMask t = return z
         | otherwise = do
-            slot <- readArray (tabCells t) i >>= readMutVar
-            case slot of
-              Slot k v -> go (i + 1) (f z (keyString k) v)
-              Vacant -> go (i + 1) z
+            h <- readPrimArray (tabHashes t) i
+            if vacant h then go (i + 1) z else do
+              e <- readArray (tabCells t) i >>= readMutVar
+              go (i + 1) (f z (keyString (entryKey e)) e)
   go 0 z0
 
 -- | Remove every key.
@@ -317,13 +326,9 @@ tableClear (Table ref) = newTab minCapacity >>= writeIORef ref
 ------------------------------------------------------------------------------
 -- Keys
 
--- | An unpinned copy of a key.
-copyKey :: ByteString -> IO ByteArray
-copyKey (BI.PS fp off (I# len)) = unsafeWithForeignPtr fp $ \p -> case p `plusPtr` off of
-  Ptr addr -> IO $ \s -> case newByteArray# len s of
-    (# s1, m #) -> case copyAddrToByteArray# addr m 0# len s1 of
-      s2 -> case unsafeFreezeByteArray# m s2 of
-        (# s3, b #) -> (# s3, ByteArray b #)
+-- | A key as an entry carries it: an unpinned copy of its bytes.
+storedKey :: ByteString -> IO ByteArray
+storedKey = unpinnedCopy
 
 -- | A stored key as a string.
 keyString :: ByteArray -> ByteString
