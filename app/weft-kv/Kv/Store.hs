@@ -197,11 +197,32 @@ itemsScored _ = Nothing
 -- | A key (its bytes as 'storedKey' copied them) and what it holds, with
 -- its expiry if any: what a table's cell holds (Note [Slots in cells] in
 -- "Kv.Table").
-data Entry = Entry {-# UNPACK #-} !ByteArray !Value !Expiry
+-- A string's bytes are unpacked into its entry: one object fewer per
+-- stored string, and one pointer fewer for a read to follow.
+data Entry
+  = EString {-# UNPACK #-} !ByteArray {-# UNPACK #-} !Str !Expiry
+  | EOther {-# UNPACK #-} !ByteArray !Value !Expiry
 
 instance Keyed Entry where
-  entryKey (Entry k _ _) = k
+  entryKey (EString k _ _) = k
+  entryKey (EOther k _ _) = k
   {-# INLINE entryKey #-}
+
+-- | The entry of a key (as stored), value and expiry.
+entry :: ByteArray -> Value -> Expiry -> Entry
+entry k (VString s) e = EString k s e
+entry k v e = EOther k v e
+{-# INLINE entry #-}
+
+entryValue :: Entry -> Value
+entryValue (EString _ s _) = VString s
+entryValue (EOther _ v _) = v
+{-# INLINE entryValue #-}
+
+entryExpiry :: Entry -> Expiry
+entryExpiry (EString _ _ e) = e
+entryExpiry (EOther _ _ e) = e
+{-# INLINE entryExpiry #-}
 
 data Expiry
   = Persistent
@@ -300,10 +321,12 @@ runKeyOp (Store tables mask) arm clocks h key op = do
   let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
   if found < 0 then run t (-1) noKey Nothing Persistent 0 else do
-    Entry k v e <- tableValue t found
-    case e of
+    stored <- tableValue t found
+    let k = entryKey stored
+        v = entryValue stored
+    case entryExpiry stored of
       -- A key already past its deadline is gone, whatever its timer says.
-      ExpiresAt deadline _
+      e@(ExpiresAt deadline _)
         | now >= deadline -> tableDelete t found >> run t (-1) noKey Nothing Persistent 0
         | otherwise -> run t found k (Just v) e deadline
       Persistent -> run t found k (Just v) Persistent 0
@@ -334,8 +357,8 @@ runKeyOp (Store tables mask) arm clocks h key op = do
 -- given), or under a new slot with a copy of the key if it has none (-1).
 putEntry :: Table Entry -> Int -> Int -> ByteArray -> ByteString -> Value -> Expiry -> IO ()
 putEntry t h i k key v e
-  | i >= 0 = tableSet t i (Entry k v e)
-  | otherwise = storedKey key >>= \k' -> tableInsert t h (Entry k' v e)
+  | i >= 0 = tableSet t i (entry k v e)
+  | otherwise = storedKey key >>= \k' -> tableInsert t h (entry k' v e)
 {-# INLINE putEntry #-}
 
 -- | The stored key of a key that has no slot yet: never read.
@@ -383,15 +406,15 @@ expireDue (Store tables mask) arm key armedFor = do
       t = indexArray tables (h .&. mask)
   i <- tableFind t h key
   when (i >= 0) $ do
-    Entry k v e <- tableValue t i
-    case e of
+    old <- tableValue t i
+    case entryExpiry old of
       ExpiresAt deadline _ | deadline == armedFor -> do
         now <- nowMono <$> readNow
         if now >= deadline
           then tableDelete t i
           else do
             next <- arm key deadline (timerDelay now deadline)
-            tableSet t i (Entry k v (ExpiresAt deadline next))
+            tableSet t i (entry (entryKey old) (entryValue old) (ExpiresAt deadline next))
       _ -> return ()
 
 -- | One color's part of a read of every key, at the given time: its live
@@ -404,8 +427,9 @@ surveyColor (Store tables _) color clocks op = case op of
   MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
   where
     t = indexArray tables color
-    live (Entry _ _ (ExpiresAt deadline _)) = deadline > nowMono clocks
-    live _ = True
+    live e = case entryExpiry e of
+      ExpiresAt deadline _ -> deadline > nowMono clocks
+      Persistent -> True
 
 -- | The reply of a read of every key, from the colors' parts.
 joinSurvey :: Survey -> [Reply] -> Reply
@@ -427,6 +451,6 @@ occupiedColors (Store tables _) = go 0 []
 flushColor :: Store -> Int -> IO ()
 flushColor (Store tables _) color = do
   let t = indexArray tables color
-  timers <- tableFold (\acc _ (Entry _ _ e) -> e : acc) [] t
+  timers <- tableFold (\acc _ e -> entryExpiry e : acc) [] t
   mapM_ cancel timers
   tableClear t

@@ -25,14 +25,13 @@ import Data.Bits (unsafeShiftR, (.&.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString.Internal as BI
 import Data.IORef
-import Data.Primitive.Array
-import Data.Primitive.MutVar
 import Data.Primitive.ByteArray (ByteArray (..), copyByteArrayToPtr, sizeofByteArray)
 import Data.Primitive.PrimArray
 import Data.Word (Word8)
 import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Ptr (Ptr, plusPtr)
-import GHC.Exts (ByteArray#, Int (..), prefetchMutableByteArray0#)
+import GHC.Exts (ByteArray#, Int (..), MutableArrayArray#, newArrayArray#, newMutVar#, prefetchMutableByteArray0#,
+                 readMutVar#, readMutableArrayArrayArray#, unsafeCoerce#, writeMutVar#, writeMutableArrayArrayArray#)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import GHC.IO (IO (..))
 
@@ -106,7 +105,7 @@ newtype Table a = Table (IORef (Tab a))
 data Tab a = Tab
   { tabMask   :: {-# UNPACK #-} !Int
   , tabHashes :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
-  , tabCells  :: {-# UNPACK #-} !(MutableArray RealWorld (MutVar RealWorld a))
+  , tabCells  :: {-# UNPACK #-} !(Cells a)
     -- ^ one cell per slot (Note [Slots in cells])
   , tabCounts :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
     -- ^ 'liveCount' and 'usedCount'
@@ -136,7 +135,7 @@ newTab :: Int -> IO (Tab a)
 newTab cap = do
   t <- bareTab cap
   let fill :: Int -> IO ()
-      fill !i = when (i < cap) $ newMutVar noEntry >>= writeArray (tabCells t) i >> fill (i + 1)
+      fill !i = when (i < cap) $ newCell (tabCells t) i >> fill (i + 1)
   t <$ fill 0
 
 -- | A table of the given capacity without cells (a rebuild fills them).
@@ -144,13 +143,10 @@ bareTab :: Int -> IO (Tab a)
 bareTab cap = do
   hashes <- newPrimArray cap
   setPrimArray hashes 0 cap 0
-  cells <- newArray cap noCell
+  cells <- newCells cap
   counts <- newPrimArray 2
   setPrimArray counts 0 2 0
   return (Tab (cap - 1) hashes cells counts)
-
-noCell :: a
-noCell = errorWithoutStackTrace "weft-kv: a key table's slot has no cell"
 
 -- | What the cell of a vacant slot holds (Note [Slots in cells]).
 noEntry :: a
@@ -203,7 +199,7 @@ tableFind (Table ref) h0 key = do
         x <- readPrimArray (tabHashes t) i
         if x == 0 then return (-1)
         else if x == h then do
-          e <- readArray (tabCells t) i >>= readMutVar
+          e <- readCell (tabCells t) i
           if sameKey (entryKey e) key then return i else go ((i + 1) .&. mask)
         else go ((i + 1) .&. mask)
   go (homeSlot mask h)
@@ -213,7 +209,7 @@ tableFind (Table ref) h0 key = do
 tableValue :: Table a -> Int -> IO a
 tableValue (Table ref) i = do
   t <- readIORef ref
-  readArray (tabCells t) i >>= readMutVar
+  readCell (tabCells t) i
 {-# INLINE tableValue #-}
 
 -- | Replace the entry in a slot 'tableFind' returned. The new entry must
@@ -221,7 +217,7 @@ tableValue (Table ref) i = do
 tableSet :: Table a -> Int -> a -> IO ()
 tableSet (Table ref) i !v = do
   t <- readIORef ref
-  readArray (tabCells t) i >>= \cell -> writeMutVar cell v
+  writeCell (tabCells t) i v
 {-# INLINE tableSet #-}
 
 -- | Add a key that is not in the table (the caller has just looked for
@@ -242,7 +238,7 @@ tableInsert (Table ref) h0 !v = do
   i <- freeSlot t h
   old <- readPrimArray (tabHashes t) i
   writePrimArray (tabHashes t) i h
-  readArray (tabCells t) i >>= \cell -> writeMutVar cell v
+  writeCell (tabCells t) i v
   bump t liveCount 1
   when (old == 0) (bump t usedCount 1)
 
@@ -266,7 +262,7 @@ tableDelete (Table ref) i = do
   if next == 0
     then writePrimArray (tabHashes t) i 0 >> bump t usedCount (-1)
     else writePrimArray (tabHashes t) i 1
-  readArray (tabCells t) i >>= \cell -> writeMutVar cell noEntry
+  writeCell (tabCells t) i noEntry
   bump t liveCount (-1)
   live <- readPrimArray (tabCounts t) liveCount
   let cap = mask + 1
@@ -291,12 +287,12 @@ rehash t cap = do
             if vacant h then move (i + 1) n else do
               j <- freeSlot t' h
               writePrimArray (tabHashes t') j h
-              readArray (tabCells t) i >>= writeArray (tabCells t') j
+              moveCell (tabCells t) i (tabCells t') j
               move (i + 1) (n + 1)
       fill :: Int -> IO ()
       fill !j = when (j < cap) $ do
         h <- readPrimArray (tabHashes t') j
-        when (h == 0) (newMutVar noEntry >>= writeArray (tabCells t') j)
+        when (h == 0) (newCell (tabCells t') j)
         fill (j + 1)
   n <- move 0 0
   fill 0
@@ -315,13 +311,60 @@ tableFold f z0 (Table ref) = do
         | otherwise = do
             h <- readPrimArray (tabHashes t) i
             if vacant h then go (i + 1) z else do
-              e <- readArray (tabCells t) i >>= readMutVar
+              e <- readCell (tabCells t) i
               go (i + 1) (f z (keyString (entryKey e)) e)
   go 0 z0
 
 -- | Remove every key.
 tableClear :: Table a -> IO ()
 tableClear (Table ref) = newTab minCapacity >>= writeIORef ref
+
+------------------------------------------------------------------------------
+-- Cells
+
+-- Note [Cells unboxed]
+-- ~~~~~~~~~~~~~~~~~~~~
+-- A cell is a 'MutVar#' (Note [Slots in cells]). In an array of lifted
+-- values it would have to be boxed, one more object per slot for the
+-- collector to copy and one more pointer for a lookup to follow, in a
+-- table whose cost is its cache misses. So the cells are held in a
+-- 'MutableArrayArray#', an array of unlifted pointers: the collector
+-- treats each element as a pointer to a heap object whatever its type,
+-- and a 'MutVar#' goes in and comes out by 'unsafeCoerce#' between
+-- unlifted types of the same representation. Only the functions below
+-- touch the array, and every element they read was written as a cell:
+-- 'newCells' leaves elements unset, and a table fills every one
+-- ('newTab', 'rehash') before it is used.
+
+-- | A table's cells, one per slot.
+data Cells a = Cells (MutableArrayArray# RealWorld)
+
+-- | An array of n cells, none of them set yet.
+newCells :: Int -> IO (Cells a)
+newCells (I# n) = IO $ \s -> case newArrayArray# n s of
+  (# s1, arr #) -> (# s1, Cells arr #)
+
+-- | A new cell at i, holding 'noEntry'.
+newCell :: Cells a -> Int -> IO ()
+newCell (Cells arr) (I# i) = IO $ \s -> case newMutVar# noEntry s of
+  (# s1, cell #) -> (# writeMutableArrayArrayArray# arr i (unsafeCoerce# cell) s1, () #)
+
+-- | What the cell at i holds.
+readCell :: Cells a -> Int -> IO a
+readCell (Cells arr) (I# i) = IO $ \s -> case readMutableArrayArrayArray# arr i s of
+  (# s1, cell #) -> readMutVar# (unsafeCoerce# cell) s1
+{-# INLINE readCell #-}
+
+-- | Put an entry in the cell at i.
+writeCell :: Cells a -> Int -> a -> IO ()
+writeCell (Cells arr) (I# i) v = IO $ \s -> case readMutableArrayArrayArray# arr i s of
+  (# s1, cell #) -> (# writeMutVar# (unsafeCoerce# cell) v s1, () #)
+{-# INLINE writeCell #-}
+
+-- | The cell at i of one array becomes the cell at j of another.
+moveCell :: Cells a -> Int -> Cells a -> Int -> IO ()
+moveCell (Cells from) (I# i) (Cells to) (I# j) = IO $ \s -> case readMutableArrayArrayArray# from i s of
+  (# s1, cell #) -> (# writeMutableArrayArrayArray# to j cell s1, () #)
 
 ------------------------------------------------------------------------------
 -- Keys
