@@ -474,13 +474,13 @@ msetCommand kvs
 incrOp :: Int -> KeyOp
 incrOp d _ _ v = case v of
   Nothing -> store 0
-  Just (VString s) -> maybe (Outcome Keep notInteger) store (readInteger (strString s))
+  Just (VString s) -> maybe (Outcome Keep notInteger) store (readStoredInteger s)
   Just _ -> Outcome Keep wrongType
   where
     store n
       | (d > 0 && n > maxBound - d) || (d < 0 && n < minBound - d) =
           Outcome Keep (RError "ERR increment or decrement would overflow")
-      | otherwise = let n' = n + d in Outcome (Replace (VString (strCopy (showInt n')))) (RInt n')
+      | otherwise = let n' = n + d in Outcome (Replace (VString (storedDecimal n'))) (RInt n')
 
 ------------------------------------------------------------------------------
 -- Keys

@@ -44,6 +44,8 @@ module Kv.Resp
   , sharedBulkBytes
   , decodeReply
   , readInteger
+  , readStoredInteger
+  , storedDecimal
   ) where
 
 import Data.ByteString (ByteString)
@@ -57,8 +59,9 @@ import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (plusPtr)
 import GHC.Ptr (Ptr (..))
 import Foreign.Storable (peekByteOff, poke, pokeByteOff)
+import Data.Primitive.ByteArray (writeByteArray)
 
-import Kv.Str (Str, sharedBulkBytes, strLength, writeStr)
+import Kv.Str (Str, sharedBulkBytes, strBuild, strByte, strLength, writeStr)
 
 ------------------------------------------------------------------------------
 -- Limits
@@ -317,11 +320,19 @@ digitsIn input start to
 -- (redis's @string2ll@): an optional @-@ and decimal digits, nothing else;
 -- no leading zeros (so not @01@ or @-0@, but @0@); from -2^63 to 2^63-1.
 readInteger :: ByteString -> Maybe Int
-readInteger bs
+readInteger bs = integerOf (B.length bs) (byteAt bs)
+
+-- | A stored string as 'readInteger' reads a string.
+readStoredInteger :: Str -> Maybe Int
+readStoredInteger s = integerOf (strLength s) (strByte s)
+
+-- | 'readInteger' over a length and the byte at each index.
+integerOf :: Int -> (Int -> Word8) -> Maybe Int
+integerOf len byte
   | len == 0 || len > 20 = Nothing
-  | len == 1 && byteAt bs 0 == 48 = Just 0
+  | len == 1 && byte 0 == 48 = Just 0
   | otherwise =
-      let negative = byteAt bs 0 == 45
+      let negative = byte 0 == 45
           start = if negative then 1 else 0
           -- The magnitude's limit: 2^63 for a negative number.
           limit = if negative then 9223372036854775808 else 9223372036854775807 :: Word64
@@ -330,13 +341,12 @@ readInteger bs
             | d < 48 || d > 57 = Nothing
             | acc > (limit - fromIntegral (d - 48)) `quot` 10 = Nothing
             | otherwise = go (i + 1) (acc * 10 + fromIntegral (d - 48))
-            where d = byteAt bs i
-      in if start >= len || byteAt bs start < 49 || byteAt bs start > 57 then Nothing
+            where d = byte i
+      in if start >= len || byte start < 49 || byte start > 57 then Nothing
          else case go start 0 of
            Nothing -> Nothing
            Just m -> Just (if negative then fromIntegral (negate m) else fromIntegral m)
-  where
-    len = B.length bs
+{-# INLINE integerOf #-}
 
 -- | A command as a client sends it: a multibulk array of bulk strings.
 encodeCommand :: [ByteString] -> ByteString
@@ -457,9 +467,18 @@ showInt n = BI.unsafeCreate (decimalLength n) (\p -> () <$ decimal p n)
 
 -- | Write a decimal integer; returns the end.
 decimal :: Ptr Word8 -> Int -> IO (Ptr Word8)
-decimal p0 n = do
-  p <- if n < 0 then poke p0 45 >> return (p0 `plusPtr` 1) else return p0
-  let m0 = magnitude n
+decimal p n = (p `plusPtr`) <$> decimalWith (pokeByteOff p) n
+
+-- | An integer in decimal as a stored string (INCR's result).
+storedDecimal :: Int -> Str
+storedDecimal n = strBuild (decimalLength n) (\m -> () <$ decimalWith (writeByteArray m) n)
+
+-- | Write a decimal integer through a writer of the byte at each index
+-- from 0; returns how many bytes it wrote.
+decimalWith :: (Int -> Word8 -> IO ()) -> Int -> IO Int
+decimalWith put n = do
+  let sign = if n < 0 then 1 else 0
+      m0 = magnitude n
       len = digitCount m0
       -- Two digits per division, from the last one back.
       go !i m
@@ -468,13 +487,15 @@ decimal p0 n = do
             pair (i - 1) r
             go (i - 2) q
         | m >= 10 = pair (i - 1) m
-        | otherwise = poke (p `plusPtr` i) (fromIntegral (48 + m) :: Word8)
+        | otherwise = put (sign + i) (fromIntegral (48 + m))
       pair i d = do
         let at = 2 * fromIntegral d
-        peekByteOff digitPairs at >>= pokeByteOff p i . (id :: Word8 -> Word8)
-        peekByteOff digitPairs (at + 1) >>= pokeByteOff p (i + 1) . (id :: Word8 -> Word8)
+        peekByteOff digitPairs at >>= put (sign + i)
+        peekByteOff digitPairs (at + 1) >>= put (sign + i + 1)
+  if n < 0 then put 0 45 else return ()
   go (len - 1) m0
-  return (p `plusPtr` len)
+  return (sign + len)
+{-# INLINE decimalWith #-}
 
 -- | "00", "01", ... "99", back to back.
 digitPairs :: Ptr Word8

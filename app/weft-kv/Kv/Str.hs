@@ -6,6 +6,8 @@ module Kv.Str
   , strCopy
   , strString
   , strLength
+  , strByte
+  , strBuild
   , writeStr
   , sharedBulkBytes
   , unpinnedCopy
@@ -87,6 +89,19 @@ strString (Str a)
 strLength :: Str -> Int
 strLength (Str a) = sizeofByteArray a
 {-# INLINE strLength #-}
+
+-- | The byte at an index of a stored string.
+strByte :: Str -> Int -> Word8
+strByte (Str a) = indexByteArray a
+{-# INLINE strByte #-}
+
+-- | A small stored string of n bytes, written by the given action.
+strBuild :: Int -> (MutableByteArray RealWorld -> IO ()) -> Str
+strBuild n write = Str $ unsafeDupablePerformIO $ do
+  m <- newByteArray n
+  write m
+  unsafeFreezeByteArray m
+{-# INLINE strBuild #-}
 
 -- | Write a stored string's bytes at the pointer; the pointer after them.
 writeStr :: Ptr Word8 -> Str -> IO (Ptr Word8)

@@ -44,11 +44,12 @@ import Kv.Str (unpinnedCopy)
 -- lookup costs is its cache misses. So a color's keys are an open-
 -- addressing hash table with linear probing, as redis's own dictionary
 -- is a table: an unboxed array of the keys' hashes, probed from the
--- slot the hash picks, then, on a full hash match, the key and entry in
--- the same slot's cell (Note [Slots in cells]). A lookup touches about
--- five lines wherever the key is (hash, cell pointer, cell, slot, key
--- bytes); a persistent trie touched two per level and rebuilt its path
--- on every write, which the collector then copied.
+-- slot the hash picks, then, on a full hash match, the entry in the same
+-- slot's cell, which carries its key (Note [Slots in cells]). A lookup
+-- touches about four lines wherever the key is (hash, cell pointer,
+-- cell, entry; the key's bytes are usually on the entry's line or the
+-- next); a persistent trie touched two per level and rebuilt its path on
+-- every write, which the collector then copied.
 --
 -- Keys are stored as unpinned byte arrays: the collector moves them like
 -- any small object. (Pinned copies of short keys are kept in pinned
@@ -87,11 +88,11 @@ import Kv.Str (unpinnedCopy)
 -- every slot of every marked card: with a million keys and writes to a
 -- different card each time, a large part of the store per collection
 -- (scanning cards was a third of SET's CPU with random keys). So each
--- slot has a cell of its own (a 'MutVar', made when the table is), which
--- holds the slot's key and entry, and every write replaces a cell's
--- contents: the collector then looks at the cells written since it last
--- ran, one pointer each. The cell array itself is written only when the
--- table is rebuilt, and then it is new.
+-- slot has a cell of its own (a 'MutVar#', made when the table is, Note
+-- [Cells unboxed]), which holds the slot's entry, and every write
+-- replaces a cell's contents: the collector then looks at the cells
+-- written since it last ran, one pointer each. The cell array itself is
+-- written only when the table is rebuilt, and then it is new.
 --
 -- A cell holds the entry itself, and the entry carries its key ('Keyed'):
 -- a write then makes one object for the table (the entry), not a pair of
