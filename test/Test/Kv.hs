@@ -31,6 +31,7 @@ import Kv.Deque
 import Kv.Out
 import Kv.Resp
 import Kv.Server
+import Kv.Str
 import Kv.Table
 import Support (within)
 import Test.Net (connectClient, keepsClientsWhenFull, recvExactly)
@@ -251,6 +252,27 @@ decoderSpec = describe "RESP decoder" $ do
   prop "writes integers as show does, at every digit count and both ends" $
     forAll (oneof [arbitrary, arbitrarySizedBoundedIntegral, elements edges]) $ \n ->
       (showInt n, encodeReply (RInt n)) === (C.pack (show n), C.pack (':' : show n ++ "\r\n"))
+
+  prop "a stored string keeps its bytes and is written as their bulk string, a large one not copied" $
+    \(Bytes small) (NonNegative extra) (nearLarge :: Bool) -> ioProperty $ do
+      let b = if nearLarge then B.replicate (sharedBulkBytes - 2 + extra `mod` 4) 120 <> small else small
+          s = strCopy b
+          -- A large one's string is its stored bytes, the same each time.
+          sameString (BI.PS p o l) (BI.PS p' o' l') = p == p' && o == o' && l == l'
+      o <- newOut
+      outPiece o (piece (RStored s))
+      chunks <- outChunks o
+      let large = B.length b >= sharedBulkBytes
+      return $ (strString s, strLength s, encodeReply (RStored s)) === (b, B.length b, encodeReply (RBulk b))
+        .&&. B.concat chunks === encodeReply (RBulk b)
+        .&&. counterexample "a large stored string was copied"
+               (not large || (sameString (strString s) (strString s) && any (sameString (strString s)) chunks))
+
+  prop "a stored string reads as an integer as the wire's does, and integers store as they are written" $
+    forAll (oneof [arbitrary, arbitrarySizedBoundedIntegral, elements edges]) $ \n (Bytes b) ->
+      let digits = C.pack (show n)
+      in (readStoredInteger (strCopy digits), readStoredInteger (strCopy b), strString (storedDecimal n))
+           === (Just n, readInteger b, digits)
 
   prop "encoded replies decode back, whole and followed by more" $ \(AnyReply r) ->
     decodeReply (encodeReply r <> "+next\r\n") === Right (Just (r, "+next\r\n"))
