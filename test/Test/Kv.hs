@@ -15,8 +15,8 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import qualified Data.ByteString.Internal as BI
 import Data.Char (toUpper)
+import Data.Word (Word8)
 import Data.List (sort, sortOn)
-import Data.Primitive.ByteArray (ByteArray)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -28,6 +28,7 @@ import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck hiding (within)
 
 import Kv.Deque
+import Kv.Key
 import Kv.Out
 import Kv.Resp
 import Kv.Server
@@ -93,10 +94,14 @@ instance Arbitrary TableOp where
   arbitrary = frequency
     [ (6, TableInsert <$> keyName <*> arbitrary), (3, TableDelete <$> keyName)
     , (1, TableGrow <$> choose (1, 60) <*> arbitrary) ]
-    where keyName = C.pack <$> resize 4 (listOf (elements "abc"))
+    where
+      -- Short keys, and some past the 16 bytes a key keeps in its words.
+      keyName = frequency
+        [ (3, C.pack <$> resize 4 (listOf (elements "abc")))
+        , (1, C.pack . ("0123456789abcde" ++) <$> resize 4 (listOf (elements "abc"))) ]
 
 -- | A table entry for the tests: a stored key and a number.
-data TestEntry = TestEntry !ByteArray !Int
+data TestEntry = TestEntry !Key !Int
 
 testValue :: TestEntry -> Int
 testValue (TestEntry _ v) = v
@@ -144,6 +149,13 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
             p <- agrees t m'
             (p :) <$> steps m' rest
       conjoin <$> steps Map.empty ops
+  prop "a stored key is its bytes, and only those" $
+    \(Bytes a) (Bytes b) (NonNegative at) (x :: Word8) -> ioProperty $ do
+      k <- storedKey a
+      -- A one-byte change anywhere, and the key with a zero byte added.
+      let changed = if B.null a then a else let i = at `mod` B.length a in B.take i a <> B.singleton x <> B.drop (i + 1) a
+      return $ keyBytes k === a .&&. keyIs k a .&&. keyIs k b === (b == a)
+        .&&. keyIs k changed === (changed == a) .&&. not (keyIs k (a <> B.singleton 0))
   it "forgets every key when cleared" $ do
     t <- newTable
     forM_ [1 .. 100 :: Int] $ \j -> storedKey (C.pack (show j)) >>= \k -> tableInsert t j (TestEntry k j)

@@ -44,7 +44,6 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString.Internal as BI
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
-import Data.Primitive.ByteArray (ByteArray, emptyByteArray)
 import qualified Data.Set as Set
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.System (SystemTime (..), getSystemTime)
@@ -57,6 +56,7 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Deque (Deque, dequeFromList, dequeToList)
+import Kv.Key (Key, storedKey)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Str (Str)
@@ -194,14 +194,13 @@ itemsScored (RBulk m : RInt b : rest) = ((castWord64ToDouble (fromIntegral b), m
 itemsScored [] = Just []
 itemsScored _ = Nothing
 
--- | A key (its bytes as 'storedKey' copied them) and what it holds, with
+-- | A key (Note [Keys in entries] in "Kv.Key") and what it holds, with
 -- its expiry if any: what a table's cell holds (Note [Slots in cells] in
--- "Kv.Table").
--- A string's bytes are unpacked into its entry: one object fewer per
--- stored string, and one pointer fewer for a read to follow.
+-- "Kv.Table"). A string's bytes are unpacked into its entry: one object
+-- fewer per stored string, and one pointer fewer for a read to follow.
 data Entry
-  = EString {-# UNPACK #-} !ByteArray {-# UNPACK #-} !Str !Expiry
-  | EOther {-# UNPACK #-} !ByteArray !Value !Expiry
+  = EString {-# UNPACK #-} !Key {-# UNPACK #-} !Str !Expiry
+  | EOther {-# UNPACK #-} !Key !Value !Expiry
 
 instance Keyed Entry where
   entryKey (EString k _ _) = k
@@ -209,7 +208,7 @@ instance Keyed Entry where
   {-# INLINE entryKey #-}
 
 -- | The entry of a key (as stored), value and expiry.
-entry :: ByteArray -> Value -> Expiry -> Entry
+entry :: Key -> Value -> Expiry -> Entry
 entry k (VString s) e = EString k s e
 entry k v e = EOther k v e
 {-# INLINE entry #-}
@@ -355,22 +354,22 @@ runKeyOp (Store tables mask) arm clocks h key op = do
 
 -- | Store a value and expiry in the key's slot (whose stored key is
 -- given), or under a new slot with a copy of the key if it has none (-1).
-putEntry :: Table Entry -> Int -> Int -> ByteArray -> ByteString -> Value -> Expiry -> IO ()
+putEntry :: Table Entry -> Int -> Int -> Key -> ByteString -> Value -> Expiry -> IO ()
 putEntry t h i k key v e
   | i >= 0 = tableSet t i (entry k v e)
   | otherwise = storedKey key >>= \k' -> tableInsert t h (entry k' v e)
 {-# INLINE putEntry #-}
 
 -- | The stored key of a key that has no slot yet: never read.
-noKey :: ByteArray
-noKey = emptyByteArray
+noKey :: Key
+noKey = errorWithoutStackTrace "weft-kv: the stored key of a key without a slot was read"
 {-# NOINLINE noKey #-}
 
 -- | Store a value that expires at the deadline, with its timer; or delete
 -- the key if the deadline has passed. Top level, so that 'runKeyOp' does
 -- not allocate it as a closure for every operation.
 expireLater :: Table Entry -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Int -> Int
-            -> ByteArray -> ByteString -> Value -> Int -> IO ()
+            -> Key -> ByteString -> Value -> Int -> IO ()
 expireLater t arm now h i k key v deadline
   | deadline <= now = when (i >= 0) (tableDelete t i)
   | otherwise = do

@@ -1,11 +1,10 @@
-{-# LANGUAGE BangPatterns, MagicHash, ScopedTypeVariables, UnboxedTuples, UnliftedFFITypes #-}
+{-# LANGUAGE BangPatterns, MagicHash, ScopedTypeVariables, UnboxedTuples #-}
 -- | The keys of one color: a mutable hash table from key strings to
 -- entries, owned by the color's events (Note [A color's table]). The
 -- test suite checks it against "Data.Map", hashes that collide included.
 module Kv.Table
   ( Table
   , Keyed (..)
-  , storedKey
   , newTable
   , tableSize
   , tableFind
@@ -23,19 +22,13 @@ import Control.Monad (when)
 import Control.Monad.Primitive (RealWorld)
 import Data.Bits (unsafeShiftR, (.&.))
 import Data.ByteString (ByteString)
-import qualified Data.ByteString.Internal as BI
 import Data.IORef
-import Data.Primitive.ByteArray (ByteArray (..), copyByteArrayToPtr, sizeofByteArray)
 import Data.Primitive.PrimArray
-import Data.Word (Word8)
-import Foreign.C.Types (CInt (..), CSize (..))
-import Foreign.Ptr (Ptr, plusPtr)
-import GHC.Exts (ByteArray#, Int (..), MutableArrayArray#, newArrayArray#, newMutVar#, prefetchMutableByteArray0#,
+import GHC.Exts (Int (..), MutableArrayArray#, (+#), (*#), newArrayArray#, newMutVar#, prefetchMutableByteArray0#,
                  readMutVar#, readMutableArrayArrayArray#, unsafeCoerce#, writeMutVar#, writeMutableArrayArrayArray#)
-import GHC.ForeignPtr (unsafeWithForeignPtr)
 import GHC.IO (IO (..))
 
-import Kv.Str (unpinnedCopy)
+import Kv.Key (Key, keyBytes, keyIs)
 
 -- Note [A color's table]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -45,10 +38,10 @@ import Kv.Str (unpinnedCopy)
 -- addressing hash table with linear probing, as redis's own dictionary
 -- is a table: an unboxed array of the keys' hashes, probed from the
 -- slot the hash picks, then, on a full hash match, the entry in the same
--- slot's cell, which carries its key (Note [Slots in cells]). A lookup
--- touches about four lines wherever the key is (hash, cell pointer,
--- cell, entry; the key's bytes are usually on the entry's line or the
--- next); a persistent trie touched two per level and rebuilt its path on
+-- slot's cell, which carries its key (Note [Slots in cells], Note [Keys
+-- in entries] in "Kv.Key"). A lookup touches four lines wherever the key
+-- is (hash, cell pointer, cell, entry; a key over 16 bytes adds its
+-- bytes); a persistent trie touched two per level and rebuilt its path on
 -- every write, which the collector then copied.
 --
 -- Keys are stored as unpinned byte arrays: the collector moves them like
@@ -74,10 +67,11 @@ import Kv.Str (unpinnedCopy)
 -- ~~~~~~~~~~~~~~~~~~~~
 -- A read's commands are grouped by color on the connection's color, and
 -- run later on their keys' colors. The grouping knows each key's hash,
--- so it asks for the line of hashes the key's lookup will start at
--- ('tablePrefetch'); by the time the key's color runs the command, the
--- first of the lookup's cache misses has been paid while the
--- connection's color went on decoding and grouping.
+-- so it asks for the lines of hashes and of cells the key's lookup will
+-- start at ('tablePrefetch'); by the time the key's color runs the
+-- command, the first two of the lookup's cache misses have been paid
+-- while the connection's color went on decoding and grouping. (The cell's
+-- contents cannot be asked for: where they are is in the line of cells.)
 --
 -- Note [Slots in cells]
 -- ~~~~~~~~~~~~~~~~~~~~~
@@ -112,10 +106,9 @@ data Tab a = Tab
     -- ^ 'liveCount' and 'usedCount'
   }
 
--- | An entry that carries its key, as stored by 'storedKey' (Note [Slots
--- in cells]).
+-- | An entry that carries its key (Note [Slots in cells]).
 class Keyed a where
-  entryKey :: a -> ByteArray
+  entryKey :: a -> Key
 
 -- | The keys in the table; the slots that are not empty (keys and
 -- tombstones).
@@ -178,16 +171,18 @@ homeSlot :: Int -> Int -> Int
 homeSlot mask h = fromIntegral ((fromIntegral h :: Word) `unsafeShiftR` 16) .&. mask
 {-# INLINE homeSlot #-}
 
--- | Start loading the line of the table's hashes where a key's probe
--- starts, for a lookup soon after (Note [Looking ahead]). A hint only:
--- it reads the table as another color may be changing it, and writes
--- nothing.
+-- | Start loading the lines of the table's hashes and cells where a
+-- key's probe starts, for a lookup soon after (Note [Looking ahead]). A
+-- hint only: it reads the table as another color may be changing it,
+-- and writes nothing.
 tablePrefetch :: Table a -> Int -> IO ()
 tablePrefetch (Table ref) h0 = do
   t <- readIORef ref
+  let !i = homeSlot (tabMask t) (storedHash h0)
   case tabHashes t of
-    MutablePrimArray m -> case homeSlot (tabMask t) (storedHash h0) * 8 of
+    MutablePrimArray m -> case i * 8 of
       I# off -> IO (\s -> (# prefetchMutableByteArray0# m off s, () #))
+  prefetchCell (tabCells t) i
 
 -- | The slot of a key, given its hash, or -1 if it is not in the table.
 tableFind :: Keyed a => Table a -> Int -> ByteString -> IO Int
@@ -201,7 +196,7 @@ tableFind (Table ref) h0 key = do
         if x == 0 then return (-1)
         else if x == h then do
           e <- readCell (tabCells t) i
-          if sameKey (entryKey e) key then return i else go ((i + 1) .&. mask)
+          if keyIs (entryKey e) key then return i else go ((i + 1) .&. mask)
         else go ((i + 1) .&. mask)
   go (homeSlot mask h)
 {-# INLINABLE tableFind #-}
@@ -313,7 +308,7 @@ tableFold f z0 (Table ref) = do
             h <- readPrimArray (tabHashes t) i
             if vacant h then go (i + 1) z else do
               e <- readCell (tabCells t) i
-              go (i + 1) (f z (keyString (entryKey e)) e)
+              go (i + 1) (f z (keyBytes (entryKey e)) e)
   go 0 z0
 
 -- | Remove every key.
@@ -362,30 +357,17 @@ writeCell (Cells arr) (I# i) v = IO $ \s -> case readMutableArrayArrayArray# arr
   (# s1, cell #) -> (# writeMutVar# (unsafeCoerce# cell) v s1, () #)
 {-# INLINE writeCell #-}
 
+-- | Start loading the line of the array that holds the cell at i. The
+-- prefetch primitive takes a byte array and an offset from its bytes:
+-- a byte array's bytes follow two words (header and size), an array's
+-- elements three (header, and two counts), so element i is at byte
+-- 8 + 8 i from where a byte array's bytes would start. A hint only: a
+-- wrong address loads a useless line.
+prefetchCell :: Cells a -> Int -> IO ()
+prefetchCell (Cells arr) (I# i) = IO $ \s ->
+  (# prefetchMutableByteArray0# (unsafeCoerce# arr) (8# +# 8# *# i) s, () #)
+
 -- | The cell at i of one array becomes the cell at j of another.
 moveCell :: Cells a -> Int -> Cells a -> Int -> IO ()
 moveCell (Cells from) (I# i) (Cells to) (I# j) = IO $ \s -> case readMutableArrayArrayArray# from i s of
   (# s1, cell #) -> (# writeMutableArrayArrayArray# to j cell s1, () #)
-
-------------------------------------------------------------------------------
--- Keys
-
--- | A key as an entry carries it: an unpinned copy of its bytes.
-storedKey :: ByteString -> IO ByteArray
-storedKey = unpinnedCopy
-
--- | A stored key as a string.
-keyString :: ByteArray -> ByteString
-keyString k = BI.unsafeCreate n (\p -> copyByteArrayToPtr p k 0 n)
-  where n = sizeofByteArray k
-
--- | Is the stored key this string?
-sameKey :: ByteArray -> ByteString -> Bool
-sameKey k@(ByteArray k#) (BI.PS fp off len) =
-  sizeofByteArray k == len
-    && (len == 0 || BI.accursedUnutterablePerformIO (unsafeWithForeignPtr fp $ \p ->
-          (== 0) <$> c_memcmp k# (p `plusPtr` off) (fromIntegral len)))
-{-# INLINE sameKey #-}
-
-foreign import ccall unsafe "string.h memcmp"
-  c_memcmp :: ByteArray# -> Ptr Word8 -> CSize -> IO CInt
