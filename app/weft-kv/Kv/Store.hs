@@ -213,11 +213,13 @@ entry k (VString s) e = EString k s e
 entry k v e = EOther k v e
 {-# INLINE entry #-}
 
+-- | What an entry's key holds.
 entryValue :: Entry -> Value
 entryValue (EString _ s _) = VString s
 entryValue (EOther _ v _) = v
 {-# INLINE entryValue #-}
 
+-- | An entry's expiry.
 entryExpiry :: Entry -> Expiry
 entryExpiry (EString _ _ e) = e
 entryExpiry (EOther _ _ e) = e

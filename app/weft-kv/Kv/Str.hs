@@ -32,9 +32,9 @@ import GHC.IO (IO (..), unsafeDupablePerformIO)
 -- (the string and its pointer's contents), and pinned arrays share
 -- blocks, which stay allocated while any array in them lives. Under
 -- writes spread over many keys every block soon holds a few live values
--- among dead ones, so the blocks of short values held several times the
--- values' bytes; and each stored string cost the collector three objects
--- to copy where one suffices.
+-- among dead ones, so the blocks of short values would hold several
+-- times the values' bytes; and the collector would copy three objects
+-- per stored string where one suffices.
 --
 -- A string of 'sharedBulkBytes' or more is pinned instead: a reply sends
 -- it from where it is stored, without a copy (Note [Replies in place] in
