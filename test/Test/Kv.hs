@@ -163,8 +163,8 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
     tableSize t `shouldReturn` 0
     tableFind t 7 "7" `shouldReturn` (-1)
     tableFold (\n _ _ -> n + 1) (0 :: Int) t `shouldReturn` 0
-  it "defaults to eight key colors per core, a power of two, at most 65536" $
-    map keyColorsFor [0, 1, 2, 3, 4, 5, 8192, 100000] `shouldBe` [8, 8, 16, 32, 32, 64, 65536, 65536]
+  it "defaults to one key color per core, a power of two, at most 65536" $
+    map keyColorsFor [0, 1, 2, 3, 4, 5, 8192, 100000] `shouldBe` [1, 1, 2, 4, 4, 8, 8192, 65536]
 
 dequeSpec :: Spec
 dequeSpec = describe "list values (Kv.Deque)" $ do

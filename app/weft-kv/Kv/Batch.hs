@@ -227,7 +227,7 @@ noWork _ = False
 -- its color's keys; the colors count down a shared counter, and the last
 -- one answers (for a survey, with the parts joined: 'joinSurvey'); no
 -- other color posts a result. An empty store answers at once. With the
--- default key colors (8 per core) that is at most 8 events per core;
+-- default key colors (one per core) that is at most one event per core;
 -- with 65536 colors and 100,000 keys, some 50,000, about 0.1 s.
 --
 -- The client sees its own writes, as with redis. Unlike redis's, the

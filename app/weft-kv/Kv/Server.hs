@@ -85,13 +85,14 @@ data ServerConfig = ServerConfig
     -- grain to steal.
   }
 
--- | The key colors of the default: eight per core of the runtime, as a
--- power of two (8 on one core, 16 on two, 32 on three or four), at most
--- 65536: enough that every core has colors to run and to give away, few
--- enough that a pipeline of unrelated keys is not an event per command
--- (docs/benchmarks.md, "weft-kv with random keys").
+-- | The key colors of the default: one per core of the runtime, as a
+-- power of two (1 on one core, 2 on two, 4 on three or four), at most
+-- 65536: every core has a key color to run, and a read's commands on
+-- unrelated keys cost as few events as the cores allow (docs/benchmarks.md,
+-- "weft-kv with random keys"). More colors give the runtime a finer
+-- grain to steal, at an event per color a read touches.
 keyColorsFor :: Int -> Int
-keyColorsFor cores = min 65536 (until (>= 8 * max 1 cores) (* 2) 1)
+keyColorsFor cores = min 65536 (until (>= max 1 cores) (* 2) 1)
 
 -- | 'defaultLimits', 'Color.defaultConfig', nothing on ready, no timeout
 -- (1 KiB of minimum receive once one is set), 64 MiB of waiting replies

@@ -64,7 +64,7 @@ import Kv.Str (Str)
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
 -- A key's color is a hash of its bytes folded to the store's number of
--- key colors ('keyColor'; weft-kv's @--key-colors@, 8 per core by default),
+-- key colors ('keyColor'; weft-kv's @--key-colors@, 1 per core by default),
 -- and every command on a key runs as an event of that color. Weft.Color
 -- never runs two events of one color at once, so the table of a color,
 -- 'Store' entry number 'keyColor', is only ever read and written by one
