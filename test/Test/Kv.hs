@@ -154,8 +154,10 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
       k <- storedKey a
       -- A one-byte change anywhere, and the key with a zero byte added.
       let changed = if B.null a then a else let i = at `mod` B.length a in B.take i a <> B.singleton x <> B.drop (i + 1) a
-      return $ keyBytes k === a .&&. keyIs k a .&&. keyIs k b === (b == a)
-        .&&. keyIs k changed === (changed == a) .&&. not (keyIs k (a <> B.singleton 0))
+      return $ keyBytes k === a
+        .&&. counterexample "the key is not its own bytes" (keyIs k a)
+        .&&. keyIs k b === (b == a) .&&. keyIs k changed === (changed == a)
+        .&&. counterexample "the key is its bytes with a zero byte added" (not (keyIs k (a <> B.singleton 0)))
   it "forgets every key when cleared" $ do
     t <- newTable
     forM_ [1 .. 100 :: Int] $ \j -> storedKey (C.pack (show j)) >>= \k -> tableInsert t j (TestEntry k j)

@@ -44,7 +44,8 @@ import Kv.Key (Key, keyBytes, keyIs)
 -- bytes); a persistent trie touched two per level and rebuilt its path on
 -- every write, which the collector then copied.
 --
--- Keys are stored as unpinned byte arrays: the collector moves them like
+-- A key's bytes past the words its entry keeps (Note [Keys in entries]
+-- in "Kv.Key") are an unpinned byte array: the collector moves it like
 -- any small object. (Pinned copies of short keys are kept in pinned
 -- blocks that stay allocated while any key in them lives, which after
 -- deletes spread over the store holds many times the live keys.)
