@@ -12,7 +12,7 @@ import System.Environment (getArgs, getProgName)
 import System.Exit (exitFailure)
 import System.IO
 
-import Kv.Resp (Limits (..))
+import Kv.Request (Limits (..))
 import Kv.Server
 import Kv.Store (validKeyColors)
 import qualified Weft.Color as Color

@@ -30,6 +30,7 @@ import Test.QuickCheck hiding (within)
 import Kv.Deque
 import Kv.Key
 import Kv.Out
+import Kv.Request
 import Kv.Resp
 import Kv.Server
 import Kv.Str
@@ -212,10 +213,10 @@ instance Arbitrary Sent where
     , Inline <$> resize 8 (listOf1 (C.pack <$> listOf1 (elements "abcXYZ019:_-"))) ]
 
 -- | Up to 20 commands.
-newtype Commands = Commands [Sent] deriving Show
-instance Arbitrary Commands where
-  arbitrary = Commands <$> resize 20 (listOf arbitrary)
-  shrink (Commands cs) = map Commands (shrinkList (const []) cs)
+newtype SentCommands = SentCommands [Sent] deriving Show
+instance Arbitrary SentCommands where
+  arbitrary = SentCommands <$> resize 20 (listOf arbitrary)
+  shrink (SentCommands cs) = map SentCommands (shrinkList (const []) cs)
 
 wire :: Sent -> ByteString
 wire (Multibulk args) = encodeCommand args
@@ -237,8 +238,8 @@ feedAll lim = go newDecoder []
   where
     go _ acc [] = (concat (reverse acc), Nothing)
     go d acc (c : cs) = case feed lim d c of
-      Decoded cmds (Right d') -> go d' (cmds : acc) cs
-      Decoded cmds (Left e) -> (concat (reverse (cmds : acc)), Just e)
+      Decoded cmds (Right d') -> go d' (concatMap commandLists cmds : acc) cs
+      Decoded cmds (Left e) -> (concat (reverse (concatMap commandLists cmds : acc)), Just e)
 
 err :: ByteString -> Maybe ProtocolError
 err = Just . ProtocolError
@@ -258,10 +259,26 @@ instance Arbitrary AnyReply where
 decoderSpec :: Spec
 decoderSpec = describe "RESP decoder" $ do
   modifyMaxSuccess (const 300) $ prop "decodes any commands the same over any chunking" $
-    \(Commands sent) (Positive small) sizes ->
+    \(SentCommands sent) (Positive small) sizes ->
       let input = B.concat (map wire sent)
           pieces = chunk (map ((`mod` (small + 1)) . getPositive) sizes) input
       in feedAll defaultLimits pieces === (map argsOf sent, Nothing)
+
+  prop "commands within one chunk are views of it: no argument is copied" $
+    \(SentCommands sent) ->
+      let multibulk = [ s | s@(Multibulk _) <- sent ]
+          input = B.concat (map wire multibulk)
+          Decoded cmds _ = feed defaultLimits newDecoder input
+          args = concatMap commandLists cmds
+          BI.PS buf _ _ = input
+          inInput (BI.PS p _ _) = p == buf
+      in (args, length cmds <= 1) === (map argsOf multibulk, True)
+           .&&. counterexample "an argument was copied" (all (all inInput) args)
+
+  it "reads quoted inline commands split anywhere" $
+    forM_ [1 .. 40] $ \k ->
+      feedAll defaultLimits (chunk (repeat k) "GET x\r\nSET \"a b\" 'c'\r\n*1\r\n$4\r\nPING\r\n")
+        `shouldBe` ([["GET", "x"], ["SET", "a b", "c"], ["PING"]], Nothing)
 
   prop "writes integers as show does, at every digit count and both ends" $
     forAll (oneof [arbitrary, arbitrarySizedBoundedIntegral, elements edges]) $ \n ->

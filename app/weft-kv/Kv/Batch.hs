@@ -24,6 +24,7 @@ import Kv.Command
 import Kv.Conn
 import Kv.Out (piece)
 import Kv.Plan (ok)
+import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
 import Kv.Store
 
@@ -103,48 +104,54 @@ data Work
 -- dropped). A store-wide command that must wait holds the rest back in
 -- 'connHeld'.
 dispatch :: Env -> Conn -> Held -> IO Bool
-dispatch env c (Held cmds0 malformed) = do
-  (ended, groups) <- go (0 :: Int) cmds0 NoWork
-  let large = sum (map length (take dispatchWindow cmds0)) >= soonArgs
+dispatch env c (Held blocks0 i0 malformed) = do
+  (ended, groups) <- go (0 :: Int) blocks0 i0 NoWork
+  let large = windowArgs blocks0 i0 >= soonArgs
   startGroups env c (if large then hCommandSoon else hCommand) groups
   return ended
   where
-    go _ [] !groups = case malformed of
+    go _ [] _ !groups = case malformed of
       Nothing -> return (False, groups)
       -- The protocol error, answered in its turn; no more input.
       Just msg -> do
         s <- takeSeq c
         place c s (RError msg)
         return (True, groups)
-    go k items !groups
+    go k blocks i !groups
       -- The rest waits until this window's replies are out (Note
       -- [Back-pressure on large replies] in "Kv.Conn").
-      | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
-    go k items@(cmd : rest) !groups = case plan cmd of
+      | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed)
+    go k blocks@(cs : more) i !groups = case plan cs i of
       Surveying op -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
-        if null colors then place c s (joinSurvey op []) >> go (k + 1) rest groups else do
+        if null colors then place c s (joinSurvey op []) >> onward groups else do
           parts <- newIORef (length colors, [])
-          go (k + 1) rest (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
+          onward (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
       Flushing -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
-        if null colors then place c s ok >> go (k + 1) rest groups else do
+        if null colors then place c s ok >> onward groups else do
           left <- newIORef (length colors)
-          go (k + 1) rest (foldr (\color -> add color (WorkFlush s left)) groups colors)
+          onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
       Answer r -> do
         s <- takeSeq c
         place c s r
-        if isQuit cmd then return (True, groups) else go (k + 1) rest groups
+        if isQuit (argAt cs i 0) then return (True, groups) else onward groups
       steps@(Steps {}) -> do
         s <- takeSeq c
         groups' <- keyWork env c s steps groups
         -- The commands after it wait until it is done (Note [Multi-key
         -- commands]).
-        (False, groups') <$ writeIORef (connHeld c) (Held rest malformed)
+        (False, groups') <$ writeIORef (connHeld c) heldAfter
       onKeys -> do
         s <- takeSeq c
-        keyWork env c s onKeys groups >>= go (k + 1) rest
+        keyWork env c s onKeys groups >>= onward
       where
+        -- The next command, in this read's commands or the next ones.
+        j = nextCommand cs i
+        onward g | j >= commandsEnd cs = go (k + 1) more 0 g
+                 | otherwise = go (k + 1) blocks j g
+        heldAfter | j >= commandsEnd cs = Held more 0 malformed
+                  | otherwise = Held blocks j malformed
         -- A store-wide command runs once every command before it has run
         -- (nothing outstanding, nothing posted in this batch); until then
         -- it and the rest wait in 'connHeld' (Note [Store-wide commands]).
@@ -152,7 +159,22 @@ dispatch env c (Held cmds0 malformed) = do
           outstanding <- outstandingCount c
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
-            else (False, groups) <$ writeIORef (connHeld c) (Held items malformed)
+            else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed)
+
+-- | The arguments (names included) of the commands a dispatch starts from
+-- the command at an index of the first 'Commands' on, counted as far as
+-- 'soonArgs'.
+windowArgs :: [Commands] -> Int -> Int
+windowArgs = go 0 0
+  where
+    go :: Int -> Int -> [Commands] -> Int -> Int
+    go _ !acc [] _ = acc
+    go k acc blocks@(cs : more) i
+      | k >= dispatchWindow || acc >= soonArgs = acc
+      | j >= commandsEnd cs = go (k + 1) acc' more 0
+      | otherwise = go (k + 1) acc' blocks j
+      where j = nextCommand cs i
+            acc' = acc + argCount cs i
 
 -- | Add a command's operations on keys, under its sequence number, to the
 -- batch's work (an 'Answer' takes its place at once).

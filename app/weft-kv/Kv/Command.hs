@@ -40,6 +40,7 @@ import Kv.Deque (dequeToList)
 import Kv.Hashes (hashCommands)
 import Kv.Lists (listCommands)
 import Kv.Plan
+import Kv.Request (Commands, argAt, argCount, argsFrom)
 import Kv.Resp
 import Kv.Sets (setCommands)
 import Kv.Store
@@ -49,20 +50,19 @@ import Kv.ZSets (zsetCommands)
 import Weft.Net (byteAt)
 
 -- | Is this command QUIT (answer it, then close the connection)?
-isQuit :: [ByteString] -> Bool
-isQuit (name : _) = nameIs "QUIT" name
-isQuit [] = False
+isQuit :: ByteString -> Bool
+isQuit = nameIs "QUIT"
 
--- | The plan for a command (a non-empty argument list, name first).
+-- | The plan for the command at an index of a read's commands.
 -- Unknown commands and bad arguments are answered with an error.
-plan :: [ByteString] -> Plan
-plan [] = Answer (RError "ERR empty command")
-plan (name : args) = case lookupCommand name of
+plan :: Commands -> Int -> Plan
+plan cs i = case lookupCommand name of
   Just (arity, build)
-    | arityOk arity (length args) -> build args
+    | arityOk arity (argCount cs i - 1) -> let !args = argsFrom cs i 1 in build args
     | otherwise -> Answer (RError ("ERR wrong number of arguments for '" <> lower (printable name) <> "' command"))
-  Nothing -> Answer (unknownCommand name args)
+  Nothing -> Answer (unknownCommand name (argsFrom cs i 1))
   where
+    name = argAt cs i 0
     arityOk (Exactly n) k = k == n
     arityOk (AtLeast n) k = k >= n
     arityOk (Between lo hi) k = k >= lo && k <= hi

@@ -43,6 +43,7 @@ import qualified Weft.Net as Net
 
 import Kv.Out
 import Kv.Plan (Plan)
+import Kv.Request (Commands, Decoder, Limits)
 import Kv.Resp
 import Kv.Store (Store)
 
@@ -133,20 +134,24 @@ addCount c i d = getCount c i >>= \v -> setCount c i (v + d)
 outstandingCount :: Conn -> IO Int
 outstandingCount c = (-) <$> getCount c seqCount <*> getCount c nextCount
 
--- | Commands decoded, in order, and the protocol error that ended the
--- input after them, if any.
-data Held = Held [[ByteString]] !(Maybe ByteString)
+-- | Commands decoded, in order, from the command at an index of the first
+-- 'Commands' on (Note [Commands as views] in "Kv.Request"), and the
+-- protocol error that ended the input after them, if any. The index is
+-- that of a command of the first 'Commands', and 0 when there is none.
+data Held = Held [Commands] !Int !(Maybe ByteString)
 
 noneHeld :: Held
-noneHeld = Held [] Nothing
+noneHeld = Held [] 0 Nothing
 
 -- | Is anything held?
 holding :: Held -> Bool
-holding (Held cmds malformed) = not (null cmds) || isJust malformed
+holding (Held cmds _ malformed) = not (null cmds) || isJust malformed
 
--- | What was held, then what came after it.
+-- | What was held, then what came after it (from its start).
 andThen :: Held -> Held -> Held
-andThen (Held cmds _) (Held more malformed) = Held (cmds ++ more) malformed
+andThen (Held cmds i _) (Held more _ malformed)
+  | null cmds = Held more 0 malformed
+  | otherwise = Held (cmds ++ more) i malformed
 
 -- | A reply waiting for its turn.
 data Early

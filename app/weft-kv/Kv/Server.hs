@@ -38,7 +38,7 @@ import Weft.Timer (getSystemTimerManager, registerTimeout)
 import Kv.Batch
 import Kv.Conn
 import Kv.Out
-import Kv.Resp
+import Kv.Request
 import Kv.Store (newStore)
 
 -- | How 'runServer' runs.
@@ -245,7 +245,7 @@ readable env c = do
         Got bs -> do
           dec <- readIORef (connDecoder c)
           let Decoded cmds next = feed (envLimits env) dec bs
-              new = Held cmds (either (\(ProtocolError msg) -> Just msg) (const Nothing) next)
+              new = Held cmds 0 (either (\(ProtocolError msg) -> Just msg) (const Nothing) next)
           held <- readIORef (connHeld c)
           ended <- if holding held then False <$ writeIORef (connHeld c) (held `andThen` new)
                    else dispatch env c new
