@@ -184,7 +184,7 @@ keyWork env c s p groups = case p of
   OnKey key op -> do
     let !h = keyHash key
     prefetchKey (envStore env) h
-    return (add (hashColor (envStore env) h) (Work s h key op) groups)
+    return $! add (hashColor (envStore env) h) (Work s h key op) groups
   OnKeys parts joinParts -> keyWork env c s (Steps parts (Answer . joinParts)) groups
   Steps [] joinParts -> keyWork env c s (joinParts []) groups
   Steps parts@((key0, _) : more) joinParts

@@ -261,7 +261,7 @@ readNow = do
 -- expiry timers and memory.
 type KeyOp = Now -> Int -> Maybe Value -> Outcome
 
-data Outcome = Outcome !Update Reply
+data Outcome = Outcome !Update !Reply
 
 -- | How a 'KeyOp' changes its key.
 data Update
