@@ -310,6 +310,11 @@ runWorks env c color works = do
         Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . joinParts
         _ -> return (Then s next)
       here key = keyColor (envStore env) key == color
+  -- A batch of lookups loads its keys' entries together first (Note
+  -- [Looking ahead] in "Kv.Table").
+  case works of
+    _ : _ : _ -> lookAhead (envStore env) [ h | Work _ h _ _ <- works ]
+    _ -> return ()
   results <- go [] works
   unless (null results) $ deliver env c (reverse results)
 

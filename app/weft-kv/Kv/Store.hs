@@ -31,6 +31,7 @@ module Kv.Store
   , newStore
   , runKeyOp
   , prefetchKey
+  , lookAhead
   , surveyColor
   , joinSurvey
   , occupiedColors
@@ -59,7 +60,7 @@ import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Key (Key, storedKey)
 import Kv.Table
 import Kv.Resp (Reply (..))
-import Kv.Str (Str)
+import Kv.Str (Str, prefetchStr)
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -308,6 +309,33 @@ validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 prefetchKey :: Store -> Int -> IO ()
 prefetchKey (Store tables mask) h = tablePrefetch (indexArray tables (h .&. mask)) h
 {-# INLINE prefetchKey #-}
+
+-- | Load what the lookups of a color's batch will touch, given their
+-- keys' hashes, one link of every lookup's chain per pass (Note [Looking
+-- ahead] in "Kv.Table"): cells, entries, then strings' bytes. A hash
+-- that repeats the one before it (a pipeline on one key) is passed over.
+-- On the color of every key given.
+lookAhead :: Store -> [Int] -> IO ()
+lookAhead (Store tables mask) hs = do
+  each tablePrefetchCell
+  each (\t i -> () <$ tablePrefetchEntry t i)
+  each $ \t i -> do
+    e <- tableValue t i
+    case e of
+      EString _ s _ -> prefetchStr s
+      EOther {} -> return ()
+  where
+    each :: (Table Entry -> Int -> IO ()) -> IO ()
+    each f = go 0 hs
+      where
+        go !_ [] = return ()
+        go before (h : rest)
+          | h == before = go before rest
+          | otherwise = do
+              let t = indexArray tables (h .&. mask)
+              i <- tableHashSlot t h
+              when (i >= 0) (f t i)
+              go h rest
 
 -- | Run an operation on a key, given its hash ('keyHash'), at the given
 -- time (keys whose deadline is not after it have expired). Must run as an event of the key's color

@@ -9,6 +9,7 @@ module Kv.Str
   , strByte
   , strBuild
   , writeStr
+  , prefetchStr
   , sharedBulkBytes
   , unpinnedCopy
   ) where
@@ -20,7 +21,7 @@ import qualified Data.ByteString.Internal as BI
 import Data.Primitive.ByteArray
 import Data.Word (Word8)
 import Foreign.Ptr (Ptr, plusPtr)
-import GHC.Exts (Int (..), Ptr (..), copyAddrToByteArray#)
+import GHC.Exts (Int (..), Ptr (..), copyAddrToByteArray#, prefetchByteArray0#)
 import GHC.ForeignPtr (ForeignPtr (..), ForeignPtrContents (PlainPtr), unsafeWithForeignPtr)
 import GHC.IO (IO (..), unsafeDupablePerformIO)
 
@@ -108,3 +109,8 @@ writeStr :: Ptr Word8 -> Str -> IO (Ptr Word8)
 writeStr p (Str a) = (p `plusPtr` n) <$ copyByteArrayToPtr p a 0 n
   where n = sizeofByteArray a
 {-# INLINE writeStr #-}
+
+-- | Start loading a stored string's first bytes.
+prefetchStr :: Str -> IO ()
+prefetchStr (Str (ByteArray a)) = IO (\s -> (# prefetchByteArray0# a 0# s, () #))
+{-# INLINE prefetchStr #-}
