@@ -60,7 +60,7 @@ import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Key (Key, storedKey)
 import Kv.Table
 import Kv.Resp (Reply (..))
-import Kv.Str (Str, prefetchStr)
+import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -155,17 +155,20 @@ emptyZSet = ZSet Map.empty Set.empty
 -- writes its expiry deadline, its type and its contents (a score as its
 -- bits, so that it comes back exact), 'partValue' reads them back. A part
 -- is never sent to a client; it copies the contents' spine, not their
--- bytes.
+-- bytes, but for a small string's (Note [Stored strings] in "Kv.Str").
 
 -- | A value and its expiry deadline (0: none) as a part (Note [Values in
 -- parts]).
 valuePart :: Int -> Value -> Reply
-valuePart deadline v = RArray (RInt deadline : case v of
-  VString s -> [RInt 0, RStored s]
-  VList xs -> RInt 1 : map RBulk (dequeToList xs)
-  VSet xs -> RInt 2 : map RBulk (Set.toAscList xs)
-  VHash h -> RInt 3 : concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ]
-  VZSet (ZSet _ ordered) -> RInt 4 : scoredItems (Set.toAscList ordered))
+valuePart deadline v = case v of
+  -- A copy, made as the part is: the source's bytes may be written over
+  -- before the part is read (Note [Stored strings] in "Kv.Str").
+  VString s -> let !c = strClone s in RArray [RInt deadline, RInt 0, RStored c]
+  VList xs -> part 1 (map RBulk (dequeToList xs))
+  VSet xs -> part 2 (map RBulk (Set.toAscList xs))
+  VHash h -> part 3 (concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ])
+  VZSet (ZSet _ ordered) -> part 4 (scoredItems (Set.toAscList ordered))
+  where part tag xs = RArray (RInt deadline : RInt tag : xs)
 
 -- | The value and expiry deadline of a part 'valuePart' wrote.
 partValue :: Reply -> Maybe (Int, Value)
@@ -364,8 +367,14 @@ runKeyOp (Store tables mask) arm clocks h key op = do
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
     -- none), its live value, expiry and deadline (0 if none).
     run t i k live expiry deadlineOf = do
-      let !(Outcome update reply) = op clocks deadlineOf live
+      let !(Outcome update reply0) = op clocks deadlineOf live
+      -- Before the update, which may write the stored string's bytes.
+      reply <- replyOut reply0
       case update of
+        -- A string of the stored one's length is written over it (Note
+        -- [Stored strings] in "Kv.Str").
+        Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
+        Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
         Delete -> do
           cancel expiry
@@ -381,6 +390,14 @@ runKeyOp (Store tables mask) arm clocks h key op = do
           cancel expiry
           expireLater t arm now h i k key v deadline
       return reply
+
+-- | A reply as it leaves the key's color: a stored string in it is a copy
+-- (Note [Stored strings] in "Kv.Str").
+replyOut :: Reply -> IO Reply
+replyOut r = case r of
+  RStored s -> let !c = strClone s in return (RStored c)
+  _ -> return r
+{-# INLINE replyOut #-}
 
 -- | Store a value and expiry in the key's slot (whose stored key is
 -- given), or under a new slot with a copy of the key if it has none (-1).

@@ -10,6 +10,9 @@ module Kv.Str
   , strBuild
   , writeStr
   , prefetchStr
+  , strClone
+  , strFits
+  , strOverwrite
   , sharedBulkBytes
   , unpinnedCopy
   ) where
@@ -21,7 +24,7 @@ import qualified Data.ByteString.Internal as BI
 import Data.Primitive.ByteArray
 import Data.Word (Word8)
 import Foreign.Ptr (Ptr, plusPtr)
-import GHC.Exts (Int (..), Ptr (..), copyAddrToByteArray#, prefetchByteArray0#)
+import GHC.Exts (Int (..), Ptr (..), copyAddrToByteArray#, isTrue#, prefetchByteArray0#, reallyUnsafePtrEquality#)
 import GHC.ForeignPtr (ForeignPtr (..), ForeignPtrContents (PlainPtr), unsafeWithForeignPtr)
 import GHC.IO (IO (..), unsafeDupablePerformIO)
 
@@ -39,8 +42,20 @@ import GHC.IO (IO (..), unsafeDupablePerformIO)
 --
 -- A string of 'sharedBulkBytes' or more is pinned instead: a reply sends
 -- it from where it is stored, without a copy (Note [Replies in place] in
--- "Kv.Out"), and an array that large takes blocks of its own anyway. A
--- 'Str' is never written once made.
+-- "Kv.Out"), and an array that large takes blocks of its own anyway. So a
+-- string is pinned exactly when it is that long, and its length says so
+-- (asking the array would read its block's descriptor: another cache
+-- miss per string).
+--
+-- A small (unpinned) string belongs to its key's entry alone: whatever
+-- leaves the key's color carries a copy of it ('strClone': a reply, or
+-- a value that RENAME or COPY moves), and nothing reads it lazily after
+-- its operation. So a write of a string of the same length
+-- (SET over a key, INCR keeping its digit count) copies the new bytes
+-- over the stored ones ('strOverwrite') and leaves the entry as it is:
+-- no new entry, nothing for the collector to move into the old
+-- generation, and no cell to mark. A pinned string may be in a send
+-- (Note [Replies in place] in "Kv.Out") and is never written once made.
 
 -- | A stored string's bytes.
 newtype Str = Str ByteArray
@@ -79,7 +94,7 @@ bytesCopy new (BI.PS fp off n@(I# n#)) = do
 -- a small one's copied.
 strString :: Str -> ByteString
 strString (Str a)
-  | isByteArrayPinned a = unsafeDupablePerformIO $ do
+  | n >= sharedBulkBytes = unsafeDupablePerformIO $ do
       MutableByteArray m <- unsafeThawByteArray a
       let !(Ptr addr) = byteArrayContents a
       return (BI.PS (ForeignPtr addr (PlainPtr m)) 0 n)
@@ -96,7 +111,8 @@ strByte :: Str -> Int -> Word8
 strByte (Str a) = indexByteArray a
 {-# INLINE strByte #-}
 
--- | A small stored string of n bytes, written by the given action.
+-- | A small stored string of n bytes (below 'sharedBulkBytes'), written by
+-- the given action.
 strBuild :: Int -> (MutableByteArray RealWorld -> IO ()) -> Str
 strBuild n write = Str $ unsafeDupablePerformIO $ do
   m <- newByteArray n
@@ -114,3 +130,27 @@ writeStr p (Str a) = (p `plusPtr` n) <$ copyByteArrayToPtr p a 0 n
 prefetchStr :: Str -> IO ()
 prefetchStr (Str (ByteArray a)) = IO (\s -> (# prefetchByteArray0# a 0# s, () #))
 {-# INLINE prefetchStr #-}
+
+-- | A stored string as it may leave its key's color (a reply, or a
+-- value that moves to another key): a small one copied, a pinned one
+-- itself (Note [Stored strings]). Force it before the key's next write.
+strClone :: Str -> Str
+strClone s@(Str a)
+  | n >= sharedBulkBytes = s
+  | otherwise = strBuild n (\m -> copyByteArray m 0 a 0 n)
+  where n = sizeofByteArray a
+
+-- | Can the new string be written over the stored one? Both small and of
+-- one length (Note [Stored strings]).
+strFits :: Str -> Str -> Bool
+strFits (Str old) (Str new) = n == sizeofByteArray new && n < sharedBulkBytes
+  where n = sizeofByteArray old
+{-# INLINE strFits #-}
+
+-- | Write the new string's bytes over the stored one ('strFits').
+strOverwrite :: Str -> Str -> IO ()
+strOverwrite (Str old) (Str new)
+  | isTrue# (reallyUnsafePtrEquality# old new) = return ()
+  | otherwise = do
+      m <- unsafeThawByteArray old
+      copyByteArray m 0 new 0 (sizeofByteArray new)
