@@ -313,7 +313,7 @@ runWorks env c color works = do
   -- A batch of lookups loads its keys' entries together first (Note
   -- [Looking ahead] in "Kv.Table").
   case works of
-    _ : _ : _ -> lookAhead (envStore env) [ h | Work _ h _ _ <- works ]
+    _ : _ : _ -> lookAhead (envStore env) (\w -> case w of Work _ h _ _ -> h; _ -> 0) works
     _ -> return ()
   results <- go [] works
   unless (null results) $ deliver env c (reverse results)

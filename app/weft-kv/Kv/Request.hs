@@ -211,7 +211,7 @@ feed lim (Decoder held pending) chunk = runST $ do
     total = B.length input
     byte = byteAt input
     -- Room for the numbers of a read of small commands, within reason.
-    firstRoom = max 16 (min 1024 (total `quot` 6))
+    firstRoom = max 16 (min 8192 (total `quot` 6))
 
     -- The byte at a position of the input, or (negative) before it, in the
     -- latest piece of a command begun earlier.

@@ -313,13 +313,13 @@ prefetchKey :: Store -> Int -> IO ()
 prefetchKey (Store tables mask) h = tablePrefetch (indexArray tables (h .&. mask)) h
 {-# INLINE prefetchKey #-}
 
--- | Load what the lookups of a color's batch will touch, given their
--- keys' hashes, one link of every lookup's chain per pass (Note [Looking
--- ahead] in "Kv.Table"): cells, entries, then strings' bytes. A hash
--- that repeats the one before it (a pipeline on one key) is passed over.
--- On the color of every key given.
-lookAhead :: Store -> [Int] -> IO ()
-lookAhead (Store tables mask) hs = do
+-- | Load what the lookups of a color's batch will touch, given its work
+-- and each item's key hash (0 for none), one link of every lookup's chain
+-- per pass (Note [Looking ahead] in "Kv.Table"): cells, entries, then
+-- strings' bytes. A hash that repeats the one before it (a pipeline on
+-- one key) is passed over. On the color of every key given.
+lookAhead :: Store -> (w -> Int) -> [w] -> IO ()
+lookAhead (Store tables mask) hashOf works = do
   each tablePrefetchCell
   each (\t i -> () <$ tablePrefetchEntry t i)
   each $ \t i -> do
@@ -329,16 +329,18 @@ lookAhead (Store tables mask) hs = do
       EOther {} -> return ()
   where
     each :: (Table Entry -> Int -> IO ()) -> IO ()
-    each f = go 0 hs
+    each f = go 0 works
       where
         go !_ [] = return ()
-        go before (h : rest)
-          | h == before = go before rest
+        go before (w : rest)
+          | h == 0 || h == before = go before rest
           | otherwise = do
               let t = indexArray tables (h .&. mask)
               i <- tableHashSlot t h
               when (i >= 0) (f t i)
               go h rest
+          where h = hashOf w
+{-# INLINE lookAhead #-}
 
 -- | Run an operation on a key, given its hash ('keyHash'), at the given
 -- time (keys whose deadline is not after it have expired). Must run as an event of the key's color
