@@ -203,7 +203,12 @@ tablePrefetch (Table ref) h0 = do
 -- will most likely find the key (Note [Looking ahead]). Only on the
 -- table's color.
 tableHashSlot :: Table a -> Int -> IO Int
-tableHashSlot (Table ref) h0 = do
+tableHashSlot t h0 = probe t h0 (\_ -> return True)
+
+-- | The first slot, probing from a hash's home slot, whose hash is the
+-- given one and which passes the check, or -1 at an empty slot.
+probe :: Table a -> Int -> (Int -> IO Bool) -> IO Int
+probe (Table ref) h0 check = do
   t <- readIORef ref
   let !h = storedHash h0
       !mask = tabMask t
@@ -211,9 +216,12 @@ tableHashSlot (Table ref) h0 = do
       go !i = do
         x <- readPrimArray (tabHashes t) i
         if x == 0 then return (-1)
-        else if x == h then return i
+        else if x == h then do
+          found <- check i
+          if found then return i else go ((i + 1) .&. mask)
         else go ((i + 1) .&. mask)
   go (homeSlot mask h)
+{-# INLINE probe #-}
 
 -- | Start loading the cell of a slot (Note [Looking ahead]).
 tablePrefetchCell :: Table a -> Int -> IO ()
@@ -235,19 +243,10 @@ tablePrefetchEntry t i = do
 
 -- | The slot of a key, given its hash, or -1 if it is not in the table.
 tableFind :: Keyed a => Table a -> Int -> ByteString -> IO Int
-tableFind (Table ref) h0 key = do
-  t <- readIORef ref
-  let !h = storedHash h0
-      !mask = tabMask t
-      go :: Int -> IO Int
-      go !i = do
-        x <- readPrimArray (tabHashes t) i
-        if x == 0 then return (-1)
-        else if x == h then do
-          e <- readCell (tabCells t) i
-          if keyIs (entryKey e) key then return i else go ((i + 1) .&. mask)
-        else go ((i + 1) .&. mask)
-  go (homeSlot mask h)
+tableFind t@(Table ref) h0 key = probe t h0 $ \i -> do
+  cells <- tabCells <$> readIORef ref
+  e <- readCell cells i
+  return (keyIs (entryKey e) key)
 {-# INLINABLE tableFind #-}
 
 -- | The entry in a slot 'tableFind' returned.
