@@ -183,7 +183,7 @@ data Decoded = Decoded [Commands] (Either ProtocolError Decoder)
 -- | Where the commands of the chunk being decoded go: a growing array
 -- and the numbers in it, and the 'Commands' already closed (latest
 -- first).
-data Out s = Out !(MutablePrimArray s Int) !Int [Commands]
+data Positions s = Positions !(MutablePrimArray s Int) !Int [Commands]
 
 -- | Decode a chunk of input. The commands share memory with the chunk:
 -- copy what you keep for long.
@@ -193,7 +193,7 @@ data Out s = Out !(MutablePrimArray s Int) !Int [Commands]
 feed :: Limits -> Decoder -> ByteString -> Decoded
 feed lim (Decoder held pending) chunk = runST $ do
   arr <- newPrimArray firstRoom
-  let out0 = Out arr 0 []
+  let out0 = Positions arr 0 []
   case pending of
     Between -> between 0 out0
     Begun argc pieces base offs left need
@@ -220,43 +220,43 @@ feed lim (Decoder held pending) chunk = runST $ do
       | (p : _) <- pieces = byteAt p (B.length p + q)
       | otherwise = 0
 
-    closeOut :: Out s -> ST s [Commands]
-    closeOut (Out arr n done)
+    closePositions :: Positions s -> ST s [Commands]
+    closePositions (Positions arr n done)
       | n == 0 = return done
       | otherwise = do
           shrinkMutablePrimArray arr n
           a <- unsafeFreezePrimArray arr
           return (Commands input a : done)
 
-    suspendWith :: Out s -> Pending -> Int -> ST s Decoded
+    suspendWith :: Positions s -> Pending -> Int -> ST s Decoded
     suspendWith out st p = do
-      done <- closeOut out
+      done <- closePositions out
       return (Decoded (reverse done) (Right (Decoder (BU.unsafeDrop p input) st)))
 
-    failed :: Out s -> ByteString -> ST s Decoded
+    failed :: Positions s -> ByteString -> ST s Decoded
     failed out msg = do
-      done <- closeOut out
+      done <- closePositions out
       return (Decoded (reverse done) (Left (ProtocolError msg)))
 
     -- Append a number, growing the array if it is full.
-    push :: Out s -> Int -> ST s (Out s)
-    push (Out arr n done) v = do
+    push :: Positions s -> Int -> ST s (Positions s)
+    push (Positions arr n done) v = do
       size <- getSizeofMutablePrimArray arr
       arr' <- if n < size then return arr else resizeMutablePrimArray arr (2 * size)
       writePrimArray arr' n v
-      return (Out arr' (n + 1) done)
+      return (Positions arr' (n + 1) done)
     {-# INLINE push #-}
 
     -- A command that is not a view of this input goes after the ones
     -- before it (Note [Commands as views]).
-    alone :: Out s -> Commands -> ST s (Out s)
+    alone :: Positions s -> Commands -> ST s (Positions s)
     alone out cmd = do
-      done <- closeOut out
+      done <- closePositions out
       arr <- newPrimArray firstRoom
-      return (Out arr 0 (cmd : done))
+      return (Positions arr 0 (cmd : done))
 
     -- Between commands, at position p.
-    between :: Int -> Out s -> ST s Decoded
+    between :: Int -> Positions s -> ST s Decoded
     between !p !out
       | p >= total = suspendWith out Between total
       | byte p == 42 {- '*' -} = case lineEndIn (maxLine lim) input p of
@@ -267,7 +267,7 @@ feed lim (Decoder held pending) chunk = runST $ do
             n | n == invalidNumber -> failed out "ERR Protocol error: invalid multibulk length"
               | n <= 0 -> between (cr + 2) out        -- an empty command: nothing to run
               | n <= maxArgs lim -> do
-                  let Out _ start _ = out
+                  let Positions _ start _ = out
                   out' <- push out n
                   args (cr + 2) n p start out'
               | otherwise -> failed out "ERR Protocol error: invalid multibulk length"
@@ -289,8 +289,8 @@ feed lim (Decoder held pending) chunk = runST $ do
 
     -- An inline line without quotes, [from, to), its words recorded in
     -- place; then on at next.
-    inline :: Int -> Int -> Int -> Out s -> ST s Decoded
-    inline from to next out0@(Out _ start0 _) = push out0 0 >>= word from 0
+    inline :: Int -> Int -> Int -> Positions s -> ST s Decoded
+    inline from to next out0@(Positions _ start0 _) = push out0 0 >>= word from 0
       where
         word !q !k out
           | q >= to = finish k out
@@ -301,13 +301,13 @@ feed lim (Decoder held pending) chunk = runST $ do
               word e (k + 1) out'
         wordEnd !q | q < to && not (isSep (byte q)) = wordEnd (q + 1)
                    | otherwise = q
-        finish k out@(Out arr _ done)
-          | k == 0 = between next (Out arr start0 done)   -- a blank line
+        finish k out@(Positions arr _ done)
+          | k == 0 = between next (Positions arr start0 done)   -- a blank line
           | otherwise = writePrimArray arr start0 k >> between next out
 
     -- In a multibulk command of this input that began at cmd (its count at
     -- start in the array), with n arguments still to come, at p.
-    args :: Int -> Int -> Int -> Int -> Out s -> ST s Decoded
+    args :: Int -> Int -> Int -> Int -> Positions s -> ST s Decoded
     args !p !n !cmd !start !out
       | n == 0 = between p out
       | p >= total = spillAt out p n 0
@@ -332,10 +332,10 @@ feed lim (Decoder held pending) chunk = runST $ do
                       else spillAt out' total (n - 1) (end + 2 - total)
       where
         -- The command so far leaves this input's array.
-        dropBegun (Out arr _ done) = Out arr start done
+        dropBegun (Positions arr _ done) = Positions arr start done
         -- The input ends within the command, at q: the command goes on as
         -- begun in earlier input, its positions counted from its start.
-        spillAt o@(Out arr m _) q left need = do
+        spillAt o@(Positions arr m _) q left need = do
           argc <- readPrimArray arr start
           offs <- relative arr (start + 1) m
           let piece = BU.unsafeTake (q - cmd) (BU.unsafeDrop cmd input)
@@ -349,7 +349,7 @@ feed lim (Decoder held pending) chunk = runST $ do
 
     -- In a command begun in earlier input, at p of this one (which is base
     -- bytes into the command).
-    continued :: Int -> Int -> [ByteString] -> Int -> [Int] -> Int -> Out s -> ST s Decoded
+    continued :: Int -> Int -> [ByteString] -> Int -> [Int] -> Int -> Positions s -> ST s Decoded
     continued !p !argc pieces !base offs !n !out
       | n == 0 = do
           let whole = B.concat (reverse (BU.unsafeTake p input : pieces))
