@@ -34,7 +34,6 @@ module Kv.Request
   , Decoded (..)
   , ProtocolError (..)
   , feed
-  , inlineWords
   ) where
 
 import Control.Monad.ST (ST, runST)
@@ -104,9 +103,6 @@ defaultLimits = Limits
 -- | Commands decoded from one stretch of input, as views of it (Note
 -- [Commands as views]).
 data Commands = Commands !ByteString !(PrimArray Int)
-
-instance Show Commands where
-  showsPrec d cs = showsPrec d (commandLists cs)
 
 -- | The index after the last command: a command index is below it.
 commandsEnd :: Commands -> Int
@@ -390,12 +386,11 @@ quotedCommand ws = Commands (B.concat ws) (primArrayFromListN (1 + 2 * length ws
 -- separate words; inside a word, a "double-quoted" part takes the escapes
 -- @\\n \\r \\t \\b \\a \\xHH@ and @\\c@ for any other byte c, a
 -- 'single-quoted' part takes @\\'@, and a closing quote must end its
--- word. 'Nothing' if a quote is not closed, or closed inside a word. A
--- line without quotes is split in place.
+-- word. 'Nothing' if a quote is not closed, or closed inside a word.
+-- ('feed' splits a line without quotes in place, and calls this only for
+-- the others.)
 inlineWords :: ByteString -> Maybe [ByteString]
-inlineWords l
-  | not (B.any (\c -> c == 34 || c == 39) l) = Just (filter (not . B.null) (B.splitWith isSep l))
-  | otherwise = go [] l
+inlineWords = go []
   where
     isSep c = c == 32 || c == 9 || c == 10 || c == 13 || c == 0
     isSpace c = c == 32 || (c >= 9 && c <= 13)

@@ -328,6 +328,8 @@ lookAhead (Store tables mask) hashOf works = do
       EString _ s _ -> prefetchStr s
       EOther {} -> return ()
   where
+    -- Each pass finds the slots again (the hashes' lines are loaded by
+    -- then) rather than keeping them in a list made per batch.
     each :: (Table Entry -> Int -> IO ()) -> IO ()
     each f = go 0 works
       where

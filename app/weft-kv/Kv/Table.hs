@@ -203,11 +203,11 @@ tablePrefetch (Table ref) h0 = do
 -- will most likely find the key (Note [Looking ahead]). Only on the
 -- table's color.
 tableHashSlot :: Table a -> Int -> IO Int
-tableHashSlot t h0 = probe t h0 (\_ -> return True)
+tableHashSlot t h0 = probe t h0 (\_ _ -> return True)
 
 -- | The first slot, probing from a hash's home slot, whose hash is the
 -- given one and which passes the check, or -1 at an empty slot.
-probe :: Table a -> Int -> (Int -> IO Bool) -> IO Int
+probe :: Table a -> Int -> (Tab a -> Int -> IO Bool) -> IO Int
 probe (Table ref) h0 check = do
   t <- readIORef ref
   let !h = storedHash h0
@@ -217,7 +217,7 @@ probe (Table ref) h0 check = do
         x <- readPrimArray (tabHashes t) i
         if x == 0 then return (-1)
         else if x == h then do
-          found <- check i
+          found <- check t i
           if found then return i else go ((i + 1) .&. mask)
         else go ((i + 1) .&. mask)
   go (homeSlot mask h)
@@ -243,9 +243,8 @@ tablePrefetchEntry t i = do
 
 -- | The slot of a key, given its hash, or -1 if it is not in the table.
 tableFind :: Keyed a => Table a -> Int -> ByteString -> IO Int
-tableFind t@(Table ref) h0 key = probe t h0 $ \i -> do
-  cells <- tabCells <$> readIORef ref
-  e <- readCell cells i
+tableFind t h0 key = probe t h0 $ \tab i -> do
+  e <- readCell (tabCells tab) i
   return (keyIs (entryKey e) key)
 {-# INLINABLE tableFind #-}
 
