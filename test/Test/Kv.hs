@@ -17,6 +17,8 @@ import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Foreign.Ptr (minusPtr, nullPtr)
 import Data.Char (toUpper)
+import Data.Functor.Identity (runIdentity)
+import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word8)
 import Data.List (sort, sortOn)
 import qualified Data.Map.Strict as Map
@@ -31,6 +33,7 @@ import Test.QuickCheck hiding (within)
 
 import Kv.Deque
 import Kv.Key
+import Kv.Lists (listRangeReply)
 import Kv.Out
 import Kv.Request
 import Kv.Resp
@@ -47,6 +50,12 @@ spec = describe "weft-kv" $ do
   dequeSpec
   tableSpec
   serverSpec
+
+-- | Elements a to b of a deque, read by its fold.
+rangeOf :: Int -> Int -> Deque -> [ByteString]
+rangeOf a b d = reverse (runIdentity (dequeFoldRange packed (\acc s -> pure (s : acc)) [] a b d))
+  where
+    packed acc bytes off len = pure (B.pack [ indexByteArray bytes i | i <- [off .. off + len - 1] ] : acc)
 
 ------------------------------------------------------------------------------
 -- List values
@@ -185,8 +194,14 @@ dequeSpec = describe "list values (Kv.Deque)" $ do
                  .&&. h < packItems .&&. t < packItems
                  .&&. conjoin [ dequeIndex i d == (if i < 0 || i >= n then Nothing else Just (m !! i))
                               | i <- [-1, 0, n - 1, n] ++ [1, 8 .. n] ]
-                 .&&. conjoin [ dequeRange id a b d == take (b - a + 1) (drop a m) | a <- [0, 13 .. n], b <- [a - 1, a + 5, n - 1] ]
+                 .&&. conjoin [ rangeOf a b d == take (b - a + 1) (drop a m) | a <- [0, 13 .. n], b <- [a - 1, a + 5, n - 1] ]
       in conjoin (map agrees states)
+  it "encodes LRANGE's reply as the elements read one by one would be" $
+    forAll (resize 100 (listOf dequeItem)) $ \xs -> forAll (resize 60 (listOf arbitrary)) $ \ops ->
+      let (d, m) = foldl applyDequeOp (dequeFromList xs, xs) ops
+          n = length m
+      in conjoin [ encodeReply (listRangeReply a b d) === encodeReply (RArray (map RBulk (take (b - a + 1) (drop a m))))
+                 | a <- [0, 7 .. n], b <- [a - 1, min (n - 1) (a + 3), n - 1] ]
   it "packs what is pushed: no more than 31 elements stay open at either end" $ do
     let d = foldl (flip pushTail) (foldl (flip pushHead) emptyDeque (replicate 1000 "h")) (replicate 1000 "t")
     openItems d `shouldSatisfy` (\(h, t) -> h < packItems && t < packItems)

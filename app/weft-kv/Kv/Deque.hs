@@ -15,7 +15,7 @@ module Kv.Deque
   , dropHead
   , dropTail
   , dequeIndex
-  , dequeRange
+  , dequeFoldRange
   , dequeAppend
   , packItems
   , openItems
@@ -168,26 +168,37 @@ dequeIndex i (Deque n hc h cs tc t)
         | j < chunkSize c -> Just (chunkItem c (hi - 1 - j))
         | otherwise -> fromTail (j - chunkSize c) rest
 
--- | The elements at indices from a to b (both included, 0 based, within
--- the list), in order, each passed through the function and evaluated:
--- one pass, no more elements visited or copied than those.
-dequeRange :: (ByteString -> r) -> Int -> Int -> Deque -> [r]
-dequeRange f a b d
-  | a > b = []
-  | otherwise = let Deque _ _ h cs _ t = dropHead a d in open (b - a + 1) h (chunks cs t)
+-- | A strict fold over the elements at indices a to b (both included, 0
+-- based, within the list), in order, none of them copied: an element in a
+-- chunk is passed as the chunk's bytes, where it starts in them and its
+-- length; an open one as its string. No more elements are visited than
+-- those.
+dequeFoldRange
+  :: Monad m
+  => (acc -> ByteArray -> Int -> Int -> m acc) -> (acc -> ByteString -> m acc)
+  -> acc -> Int -> Int -> Deque -> m acc
+dequeFoldRange packed open acc0 a b d
+  | a > b = return acc0
+  | otherwise = let Deque _ _ h cs _ t = dropHead a d in opens (b - a + 1) acc0 h (chunks cs t)
   where
-    open !k xs next
-      | k <= 0 = []
+    opens !k !acc xs next
+      | k <= 0 = return acc
       | otherwise = case xs of
-          [] -> next k
-          x : rest -> let !y = f x; !ys = open (k - 1) rest next in y : ys
-    chunks s t !k
-      | k <= 0 = []
+          [] -> next k acc
+          x : rest -> open acc x >>= \acc' -> opens (k - 1) acc' rest next
+    chunks s t !k !acc
+      | k <= 0 = return acc
       | otherwise = case Seq.viewl s of
-          EmptyL -> open k (reverse t) (const [])
-          c@(Chunk _ _ lo hi) :< rest ->
+          EmptyL -> opens k acc (reverse t) (\_ acc' -> return acc')
+          Chunk bytes ends lo hi :< rest -> do
             let m = min k (hi - lo)
-            in viewItems f c lo (lo + m) (chunks rest t (k - m))
+                endOf i = if i < 0 then 0 else indexPrimArray ends i
+                items !i !acc'
+                  | i >= lo + m = return acc'
+                  | otherwise = packed acc' bytes (endOf (i - 1)) (endOf i - endOf (i - 1)) >>= items (i + 1)
+            acc' <- items lo acc
+            chunks rest t (k - m) acc'
+{-# INLINE dequeFoldRange #-}
 
 -- | The elements of one list, then those of the other. The two open ends
 -- that meet are packed; no other element is copied.
@@ -218,22 +229,15 @@ chunkItem (Chunk b ends _ _) i =
 -- keeps that copy alive, so a single element that may be stored again
 -- (a pop) is read with 'chunkItem' instead.
 chunkItems :: Chunk -> [ByteString]
-chunkItems c@(Chunk _ _ lo hi) = viewItems id c lo hi []
-
--- | Elements i to j - 1 of the chunk, as 'chunkItems' reads them, each
--- passed through the function and evaluated, before the rest.
-viewItems :: (ByteString -> r) -> Chunk -> Int -> Int -> [r] -> [r]
-viewItems f (Chunk b ends _ _) i j rest
-  | i >= j = rest
-  | otherwise = go i
+chunkItems (Chunk b ends lo hi) = go lo
   where
     endOf k = if k < 0 then 0 else indexPrimArray ends k
-    base = endOf (i - 1)
-    copied = BI.unsafeCreate (endOf (j - 1) - base) (\p -> copyByteArrayToAddr p b base (endOf (j - 1) - base))
+    base = endOf (lo - 1)
+    copied = BI.unsafeCreate (endOf (hi - 1) - base) (\p -> copyByteArrayToAddr p b base (endOf (hi - 1) - base))
     go !k
-      | k >= j = rest
+      | k >= hi = []
       | otherwise =
-          let !y = f (BU.unsafeTake (endOf k - endOf (k - 1)) (BU.unsafeDrop (endOf (k - 1) - base) copied))
+          let !y = BU.unsafeTake (endOf k - endOf (k - 1)) (BU.unsafeDrop (endOf (k - 1) - base) copied)
               !ys = go (k + 1)
           in y : ys
 

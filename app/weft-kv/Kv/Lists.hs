@@ -9,10 +9,15 @@
 -- in "Kv.Batch").
 module Kv.Lists
   ( listCommands
+  , listRangeReply
   ) where
 
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import Data.Functor.Identity (runIdentity)
+import Data.Primitive.ByteArray (copyByteArrayToAddr)
+import Foreign.Ptr (plusPtr)
 import qualified Data.List as L
 import Data.Maybe (fromMaybe, listToMaybe)
 
@@ -86,8 +91,29 @@ lrangeOp start stop _ _ v = case v of
         norm i = if i < 0 then max 0 (n + i) else i
         a = norm start
         b = min (n - 1) (if stop < 0 then n + stop else stop)
-    in Outcome Keep (RArray (dequeRange RBulk a b l))
+    in Outcome Keep (listRangeReply a b l)
   Just _ -> Outcome Keep wrongType
+
+-- | The elements at indices a to b of a list (both within it, or a > b)
+-- as an array of bulk strings, encoded as they are read: no string, reply
+-- or list cell per element (Note [Replies in place] in "Kv.Out").
+listRangeReply :: Int -> Int -> Deque -> Reply
+listRangeReply a b l = REncoded (BI.unsafeCreate size (\p -> () <$ write p))
+  where
+    count = max 0 (b - a + 1)
+    bulkSize len = headerSize len + len + 2
+    size = runIdentity $
+      dequeFoldRange (\n _ _ len -> pure (n + bulkSize len)) (\n s -> pure (n + bulkSize (B.length s)))
+        (headerSize count) a b l
+    write p = do
+      q <- writeArrayHeader p count
+      dequeFoldRange
+        (\at bytes off len -> do
+            at' <- writeBulkHeader at len
+            copyByteArrayToAddr at' bytes off len
+            writeCrlf (at' `plusPtr` len))
+        (\at s -> writeBulkHeader at (B.length s) >>= \at' -> writeBytes at' s >>= writeCrlf)
+        q a b l
 
 -- | LPUSHX / RPUSHX: push only onto an existing list (0 if there is none).
 pushxOp :: Bool -> [ByteString] -> KeyOp

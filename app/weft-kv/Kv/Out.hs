@@ -115,6 +115,7 @@ data Piece = Measured !Int !Reply | Encoded !ByteString
 piece :: Reply -> Piece
 piece r = case r of
   RArray _ | n >= 0 -> Encoded (encodeSized n r)
+  REncoded bs -> Encoded bs
   _ -> Measured n r
   where n = plainSize r
 

@@ -88,6 +88,8 @@ data Reply
   | RNil                  -- ^ @$-1@, the missing bulk string
   | RArray [Reply]        -- ^ @*N@ followed by the elements
   | RNilArray             -- ^ @*-1@, the missing array
+  | REncoded !ByteString  -- ^ a reply already encoded, as these bytes: an
+                          -- array written where it was read (LRANGE)
   deriving (Eq, Show)
 
 -- | The bytes of a reply, in one string of exactly its size.
@@ -109,6 +111,7 @@ replySize r = case r of
   RNil -> 5
   RArray xs -> elemsSize 0 0 xs
   RNilArray -> 5
+  REncoded s -> B.length s
   where
     -- An array's header and elements in one strict pass.
     elemsSize :: Int -> Int -> [Reply] -> Int
@@ -134,6 +137,7 @@ writeReply p r = case r of
         elems at (x : rest) = writeReply at x >>= \at' -> elems at' rest
     elems q xs
   RNilArray -> writeBytes p "*-1\r\n"
+  REncoded s -> writeBytes p s
 
 -- | Write a string's bytes; returns their end.
 writeBytes :: Ptr Word8 -> ByteString -> IO (Ptr Word8)
