@@ -11,7 +11,6 @@ import Data.Bits (shiftL, shiftR, (.|.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import qualified Data.ByteString.Unsafe as BU
 import Data.Primitive.ByteArray (ByteArray (..), copyByteArrayToPtr, emptyByteArray, sizeofByteArray)
 import Data.Word (Word8, Word64)
 import Foreign.C.Types (CInt (..), CSize (..))
@@ -20,6 +19,8 @@ import Foreign.Storable (peekByteOff, pokeByteOff)
 import GHC.ByteOrder (ByteOrder (..), targetByteOrder)
 import GHC.Exts (ByteArray#)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
+
+import Weft.Net (byteAt)
 
 import Kv.Str (unpinnedCopy)
 
@@ -54,14 +55,16 @@ storedKey s = do
 -- | Eight bytes of a string from an offset, the first the least
 -- significant, zero past its end.
 wordAt :: ByteString -> Int -> Word64
-wordAt s from
-  | targetByteOrder == LittleEndian && from + 8 <= B.length s =
-      BI.accursedUnutterablePerformIO (BU.unsafeUseAsCString s (\p -> peekByteOff p from))
-  | otherwise = go (min (B.length s) (from + 8) - 1) 0
+wordAt s@(BI.PS fp off len) from
+  -- Read without keepAlive# (Note [Reading bytes without keepAlive#] in
+  -- "Weft.Internal.Bytes"): a lookup reads two words of its key.
+  | targetByteOrder == LittleEndian && from + 8 <= len =
+      BI.accursedUnutterablePerformIO (unsafeWithForeignPtr fp (\p -> peekByteOff p (off + from)))
+  | otherwise = go (min len (from + 8) - 1) 0
   where
     go !i !w
       | i < from = w
-      | otherwise = go (i - 1) (w `shiftL` 8 .|. fromIntegral (BU.unsafeIndex s i))
+      | otherwise = go (i - 1) (w `shiftL` 8 .|. fromIntegral (byteAt s i))
 {-# INLINE wordAt #-}
 
 -- | Is the stored key this string?

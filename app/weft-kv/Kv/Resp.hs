@@ -48,6 +48,7 @@ readInteger bs = integerOf (B.length bs) (byteAt bs)
 -- | A stored string as 'readInteger' reads a string.
 readStoredInteger :: Str -> Maybe Int
 readStoredInteger s = integerOf (strLength s) (strByte s)
+{-# INLINE readStoredInteger #-}
 
 -- | 'readInteger' over a length and the byte at each index.
 integerOf :: Int -> (Int -> Word8) -> Maybe Int
@@ -59,10 +60,13 @@ integerOf len byte
           start = if negative then 1 else 0
           -- The magnitude's limit: 2^63 for a negative number.
           limit = if negative then 9223372036854775808 else 9223372036854775807 :: Word64
+          -- At most 18 digits cannot overflow: only longer numbers pay a
+          -- division per digit for the check.
+          checked = len - start > 18
           go !i !acc
             | i == len = Just acc
             | d < 48 || d > 57 = Nothing
-            | acc > (limit - fromIntegral (d - 48)) `quot` 10 = Nothing
+            | checked && acc > (limit - fromIntegral (d - 48)) `quot` 10 = Nothing
             | otherwise = go (i + 1) (acc * 10 + fromIntegral (d - 48))
             where d = byte i
       in if start >= len || byte start < 49 || byte start > 57 then Nothing
