@@ -1,4 +1,4 @@
-{-# LANGUAGE MagicHash, UnboxedTuples #-}
+{-# LANGUAGE CPP, MagicHash, UnboxedTuples #-}
 -- | A fixed-size array of machine-word counters that any thread may bump
 -- atomically. Used for the manager statistics and key supplies: bumping one
 -- costs one locked add and allocates nothing.
@@ -12,6 +12,7 @@ module Weft.Internal.Counters
   , writeCounter
   , bumpCounter
   , storeCounter
+  , releaseCounter
   ) where
 
 import GHC.Exts
@@ -71,3 +72,29 @@ storeCounter (Counters arr) (I# i) (I# v) = IO $ \s ->
   case writeIntArray# arr i v s of
     s1 -> (# s1, () #)
 {-# INLINE storeCounter #-}
+
+-- Note [Releasing a lock word]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A lock word is taken with 'casCounter' (a locked instruction, a full
+-- barrier) and given back with 'releaseCounter'. The release need only
+-- keep the critical section's reads and writes before it; what follows
+-- may safely move into the section. 'writeCounter' would add a full
+-- barrier (@mfence@ on x86-64, tens of cycles) to every release. On
+-- x86-64 a plain store already releases: the processor makes no store
+-- visible before the stores before it and lets none pass earlier loads,
+-- and GHC's native code generator moves no heap read or write past a
+-- heap write. Elsewhere the release is 'writeCounter''s full barrier. A
+-- worker that parks relies on the lock's acquisition, not its release,
+-- to see what was published under it (Note [Parking] in
+-- "Weft.Color.Internal.Runtime").
+
+-- | Give back a lock word taken with 'casCounter': write it so that
+-- everything done under the lock is visible first (Note [Releasing a
+-- lock word]).
+releaseCounter :: Counters -> Int -> Int -> IO ()
+#if defined(x86_64_HOST_ARCH)
+releaseCounter = storeCounter
+#else
+releaseCounter = writeCounter
+#endif
+{-# INLINE releaseCounter #-}

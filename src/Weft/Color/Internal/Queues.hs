@@ -269,7 +269,7 @@ lockCore q core = do
 {-# INLINE lockCore #-}
 
 unlockCore :: Queues -> Int -> IO ()
-unlockCore q core = writeCounter (qCoreWords q) (cw q core wLock) 0
+unlockCore q core = releaseCounter (qCoreWords q) (cw q core wLock) 0
 {-# INLINE unlockCore #-}
 
 -- | Lock two distinct cores, lower index first, so two thieves robbing
