@@ -16,10 +16,10 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.Functor.Identity (runIdentity)
-import Data.Primitive.ByteArray (copyByteArrayToAddr)
-import Foreign.Ptr (plusPtr)
 import qualified Data.List as L
 import Data.Maybe (fromMaybe, listToMaybe)
+import Data.Primitive.ByteArray (copyByteArrayToAddr)
+import Foreign.Ptr (plusPtr)
 
 import Kv.Deque
 import Kv.Plan
