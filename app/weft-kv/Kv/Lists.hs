@@ -100,7 +100,8 @@ lrangeOp start stop _ _ v = case v of
 listRangeReply :: Int -> Int -> Deque -> Reply
 listRangeReply a b l = REncoded (BI.unsafeCreate size (\p -> () <$ write p))
   where
-    count = max 0 (b - a + 1)
+    -- Not b - a + 1 when a > b: that overflows for a start near maxBound.
+    count = if a > b then 0 else b - a + 1
     bulkSize len = headerSize len + len + 2
     size = runIdentity $
       dequeFoldRange (\n _ _ len -> pure (n + bulkSize len)) (\n s -> pure (n + bulkSize (B.length s)))
