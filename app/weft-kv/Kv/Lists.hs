@@ -102,19 +102,20 @@ listRangeReply a b l = REncoded (BI.unsafeCreate size (\p -> () <$ write p))
   where
     -- Not b - a + 1 when a > b: that overflows for a start near maxBound.
     count = if a > b then 0 else b - a + 1
-    bulkSize len = headerSize len + len + 2
+    -- The list from a, dropped to once for both passes.
+    from = dropHead a l
+    range packed open z = dequeFoldRange packed open z 0 (count - 1) from
     size = runIdentity $
-      dequeFoldRange (\n _ _ len -> pure (n + bulkSize len)) (\n s -> pure (n + bulkSize (B.length s)))
-        (headerSize count) a b l
+      range (\n _ _ len -> pure (n + bulkSize len)) (\n s -> pure (n + bulkSize (B.length s))) (headerSize count)
     write p = do
       q <- writeArrayHeader p count
-      dequeFoldRange
+      range
         (\at bytes off len -> do
             at' <- writeBulkHeader at len
             copyByteArrayToAddr at' bytes off len
             writeCrlf (at' `plusPtr` len))
         (\at s -> writeBulkHeader at (B.length s) >>= \at' -> writeBytes at' s >>= writeCrlf)
-        q a b l
+        q
 
 -- | LPUSHX / RPUSHX: push only onto an existing list (0 if there is none).
 pushxOp :: Bool -> [ByteString] -> KeyOp

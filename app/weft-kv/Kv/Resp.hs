@@ -12,6 +12,7 @@ module Kv.Resp
   , plainSize
   , replySize
   , headerSize
+  , bulkSize
   , writeReply
   , writeBulkHeader
   , writeArrayHeader
@@ -110,8 +111,8 @@ replySize r = case r of
   RSimple s -> B.length s + 3
   RError s -> B.length s + 3
   RInt n -> decimalLength n + 3
-  RBulk s -> headerSize (B.length s) + B.length s + 2
-  RStored s -> headerSize (strLength s) + strLength s + 2
+  RBulk s -> bulkSize (B.length s)
+  RStored s -> bulkSize (strLength s)
   RNil -> 5
   RArray xs -> elemsSize 0 0 xs
   RNilArray -> 5
@@ -121,6 +122,10 @@ replySize r = case r of
     elemsSize :: Int -> Int -> [Reply] -> Int
     elemsSize !n !acc [] = headerSize n + acc
     elemsSize n acc (x : rest) = elemsSize (n + 1) (acc + replySize x) rest
+
+-- | The size of a bulk string of n bytes: header, bytes and CRLF.
+bulkSize :: Int -> Int
+bulkSize n = headerSize n + n + 2
 
 -- | The size of a bulk string's or an array's header (@$N\r\n@, @*N\r\n@).
 headerSize :: Int -> Int
