@@ -37,3 +37,11 @@ int weft_wakeup_open(int fds[2], int want_eventfd)
     }
     return 0;
 }
+
+/* A full memory barrier (Weft.Internal.Counters.fullBarrier): the calling
+ * thread's earlier stores become visible before its later loads are
+ * performed. GHC 9.0 has no primitive for this alone. */
+void weft_full_barrier(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}

@@ -13,6 +13,7 @@ module Weft.Internal.Counters
   , bumpCounter
   , storeCounter
   , releaseCounter
+  , fullBarrier
   ) where
 
 import GHC.Exts
@@ -66,7 +67,7 @@ bumpCounter (Counters arr) (I# i) (I# d) = IO $ \s ->
 
 -- | Write counter @i@ with a plain store: no barrier, no locked
 -- instruction. Only for counters that one thread at a time writes (under
--- a lock whose release is a barrier).
+-- a lock, given back with 'releaseCounter').
 storeCounter :: Counters -> Int -> Int -> IO ()
 storeCounter (Counters arr) (I# i) (I# v) = IO $ \s ->
   case writeIntArray# arr i v s of
@@ -86,7 +87,10 @@ storeCounter (Counters arr) (I# i) (I# v) = IO $ \s ->
 -- heap write. Elsewhere the release is 'writeCounter''s full barrier. A
 -- worker that parks relies on the lock's acquisition, not its release,
 -- to see what was published under it (Note [Parking] in
--- "Weft.Color.Internal.Runtime").
+-- "Weft.Color.Internal.Runtime"). A thread that must read another's flag
+-- only after its own store under the lock is visible (a store, then a
+-- load of another location) cannot lean on the release, which lets the
+-- load pass the store; it calls 'fullBarrier' between them.
 
 -- | Give back a lock word taken with 'casCounter': write it so that
 -- everything done under the lock is visible first (Note [Releasing a
@@ -98,3 +102,8 @@ releaseCounter = storeCounter
 releaseCounter = writeCounter
 #endif
 {-# INLINE releaseCounter #-}
+
+-- | A full memory barrier: every store this thread made before it is
+-- visible to other processors before any load it makes after it (Note
+-- [Releasing a lock word]).
+foreign import ccall unsafe "weft_full_barrier" fullBarrier :: IO ()

@@ -500,9 +500,9 @@ colorIsWorthy q c = (>= 0) <$> readPrimArray (cBucket q) c
 -- word, in a cache line of its own, saying whether it holds something a
 -- thief could take; the owner rewrites it (a plain store, with its lock
 -- held) at the end of each operation, only when the answer changed, and
--- thieves read nothing else before they commit to locking a victim. The
--- owner's unlock, a full barrier, publishes it; 'Note [Parking]' relies on
--- that order. Queues of one core, and those of a runtime that never
+-- thieves read nothing else before they commit to locking a victim. A
+-- waker that must see a parked thief after storing a hint puts a full
+-- barrier between the two (Note [Parking]). Queues of one core, and those of a runtime that never
 -- steals ('withoutHints'), keep no hints: nobody would read them.
 
 -- | Whether a core has something a thief could take: a queued color other

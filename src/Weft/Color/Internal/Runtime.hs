@@ -241,6 +241,7 @@ post rt color h body = mask_ $ do
           st <- readCounter (rtState rt) sState
           ok <- if st == stOpen then return True else acceptWhileClosing rt st
           if not ok then unlockCore q o >> throwIO RuntimeClosed else do
+            raised <- not <$> hasStealable q o
             push q o c ev
             -- Read under the lock: a worker parks only after checking its
             -- queue under this lock (Note [Parking]).
@@ -251,7 +252,7 @@ post rt color h body = mask_ $ do
                       then return False else (>= 0) <$> runningColor q o
             unlockCore q o
             when sleeping (wake rt o)
-            when busy (wakeThief rt o)
+            when busy (wakeThief rt o raised)
   attempt
 
 -- While draining, only handlers may post.
@@ -314,6 +315,21 @@ shutdown rt = do
 -- the common path this costs 'post' one read of a word next to the
 -- owner's lock; the parked count and the victim's queue are read only
 -- when the owner is busy.
+--
+-- A thief that parks raises the parked count (a locked add) and then
+-- reads its victims' steal hints for a last pass; a waker stores a hint
+-- (under the victim's lock) and then reads the parked count. Each is a
+-- store followed by a load of the other's location, which the processor
+-- may reorder unless a full barrier stands between them; without one both
+-- could read the old values, and the thief would sleep beside work that
+-- a long batch keeps queued. The locked add is the thief's barrier. The
+-- waker's is the lock's acquisition for a hint stored in an earlier
+-- critical section (a hint that was already up when 'post' took the lock,
+-- or one a 'finishBatch' raised before the next batch's lock); only a
+-- hint raised in the waker's own critical section can still be waiting
+-- to be seen, and for that one 'wakeThief' calls 'fullBarrier'. 'post'
+-- is the only operation that raises a hint and then wakes: taking a
+-- batch only lowers one.
 
 -- Note [Preempted lock holders]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -388,7 +404,7 @@ workerJudging rt unmask me (Judge judged stolen ranSince) = loop 0 0
       if c >= 0
         then do
           -- Before the batch, which may be long (Note [Parking]).
-          when stealing (wakeThief rt me)
+          when stealing (wakeThief rt me False)
           took <- readIORef judged
           judging <- if took < 0 then return False else (== c) <$> readIORef stolen
           n <- if not judging then runAll evs 0 else do
@@ -557,13 +573,17 @@ reportFailure name e = do
 
 -- | If some worker is parked and core @victim@ holds something stealable,
 -- wake the parked worker nearest to it (Note [Parking]).
-wakeThief :: Runtime -> Int -> IO ()
-wakeThief rt victim = do
+-- @raised@: the caller itself raised the victim's hint, under the lock it
+-- has just given back, whose release lets the loads below pass that store
+-- (Note [Parking]).
+wakeThief :: Runtime -> Int -> Bool -> IO ()
+wakeThief rt victim raised = do
   let q = rtQueues rt
-  parked <- readCounter (rtState rt) sParked
-  when (parked > 0) $ do
-    more <- hasStealable q victim
-    when more $ do
+  more <- hasStealable q victim
+  when more $ do
+    when raised fullBarrier
+    parked <- readCounter (rtState rt) sParked
+    when (parked > 0) $ do
       sleepers <- filterM (parkedFlag q) (indexArray (rtVictims rt) victim)
       case sleepers of
         t : _ -> wake rt t
