@@ -502,8 +502,9 @@ colorIsWorthy q c = (>= 0) <$> readPrimArray (cBucket q) c
 -- held) at the end of each operation, only when the answer changed, and
 -- thieves read nothing else before they commit to locking a victim. A
 -- waker that must see a parked thief after storing a hint puts a full
--- barrier between the two (Note [Parking]). Queues of one core, and those of a runtime that never
--- steals ('withoutHints'), keep no hints: nobody would read them.
+-- barrier between the two (Note [Parking]). Queues of one core, and those
+-- of a runtime that never steals ('withoutHints'), keep no hints: nobody
+-- would read them.
 
 -- | Whether a core has something a thief could take: a queued color other
 -- than the running one (worthy, with time-left). A racy read of the
