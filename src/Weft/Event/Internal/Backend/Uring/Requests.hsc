@@ -251,6 +251,21 @@ cConnects = 7; cOnRing = 8; nCounts = 9
 -- list of written old objects short), and the closures a request hands to
 -- the guard and to its exception handler hold the request whole
 -- ('claimAndSubmit', 'abandon').
+
+-- Note [Publishing a request's words]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A request's words are written with 'releaseCounter' (a plain store on
+-- x86-64), not with a fenced write. Each write only has to become visible
+-- after what was written before it: the id, state and length before the
+-- submission that a completion answers; "resolved" after the outcome's
+-- bookkeeping; "not in use" after the cells were emptied, as a lock's
+-- release (Note [Releasing a lock word] in "Weft.Internal.Counters").
+-- None of them has to be visible before a later load of the same thread:
+-- after its writes 'claimAndSubmit' reads only the request's own cells
+-- before it takes the resolved 'MVar' and bumps a counter (locked
+-- operations, full barriers), 'complete' bumps a counter next, and only
+-- the compare-and-swap that takes a request reads "in use". So a fence
+-- per write would order nothing.
 data Req = Req
   { reqWords :: !Counters
     -- ^ 'rwUsed', 'rwId', 'rwState', 'rwLength'.
@@ -420,9 +435,10 @@ claimAndSubmit t req len op trk = do
       -- Ids are 29 bits and a kind bit: one is reused only after 2^29
       -- newer requests of its kind.
       k <- addCounter (tblCounts t) cNext 1
-      writeCounter w rwId ((k .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
-      writeCounter w rwState sWaiting
-      writeCounter w rwLength len
+      -- Released, not fenced (Note [Publishing a request's words]).
+      releaseCounter w rwId ((k .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
+      releaseCounter w rwState sWaiting
+      releaseCounter w rwLength len
       setUnlessSame (reqOp req) op
       setUnlessSame (reqTracker req) trk
       _ <- tryTakeMVar (reqResolved req)
@@ -450,7 +466,7 @@ giveBack req = do
     OpAccept _ -> writeIORef (reqOp req) OpNone
     OpConnect _ _ -> writeIORef (reqOp req) OpNone
     _ -> return ()
-  writeCounter (reqWords req) rwUsed 0
+  releaseCounter (reqWords req) rwUsed 0
 
 -- | Write to a request's cell unless it holds this very object already.
 -- The cells live in the old generation (Note [Reused requests]), and the
@@ -574,7 +590,7 @@ complete t req out = do
   let w = reqWords req
   st <- casCounter w rwState sWaiting sDelivered
   if st == sCancelled then keep t req False out else return ()
-  writeCounter w rwState sResolved
+  releaseCounter w rwState sResolved
   -- Resolved: the socket's slot is free, and whoever waits for that may go on.
   writeIORef (slotOf req trk) Nothing
   _ <- addCounter (tblCounts t) cOnRing (-1)
