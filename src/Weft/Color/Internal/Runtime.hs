@@ -241,7 +241,10 @@ post rt color h body = mask_ $ do
           st <- readCounter (rtState rt) sState
           ok <- if st == stOpen then return True else acceptWhileClosing rt st
           if not ok then unlockCore q o >> throwIO RuntimeClosed else do
-            raised <- not <$> hasStealable q o
+            -- Whether this push raises the hint ('wakeThief'); no thief
+            -- reads hints under NoStealing.
+            raised <- if rtPolicy rt == NoStealing then return False
+                        else not <$> hasStealable q o
             push q o c ev
             -- Read under the lock: a worker parks only after checking its
             -- queue under this lock (Note [Parking]).
