@@ -19,7 +19,8 @@ import Foreign.Ptr (minusPtr, nullPtr)
 import Data.Char (toUpper)
 import Data.Functor.Identity (runIdentity)
 import Data.Primitive.ByteArray (indexByteArray)
-import Data.Word (Word8)
+import Data.Word (Word8, Word64)
+import Data.Time.Clock.POSIX (getPOSIXTime)
 import Data.List (sort, sortOn)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
@@ -874,6 +875,32 @@ serverSpec = do
       | (name, opt) <- [("SRANDMEMBER", "WITHSCORES"), ("ZRANDMEMBER", "WITHSCORES"), ("HRANDFIELD", "WITHVALUES")]
       , k <- ["r:s", "r:z", "r:h", "r:str", "r:none"]
       , n <- ["0", "1", "-1", "-3", "5", "x", "-9223372036854775808"] ]
+ it "answers LCS, EXPIRETIME and PEXPIRETIME exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> do
+      -- Strings over four letters, so that they share long runs and many
+      -- subsequences tie: the one redis picks must be the one returned.
+      let lcg x = (x * 6364136223846793005 + 1442695040888963407) :: Word64
+          strings = take 24 (go (7 :: Word64))
+          go x = let len = fromIntegral (x `div` 7 `mod` 41)
+                     xs = take len (drop 1 (iterate lcg x))
+                 in B.pack [ B.index "ACGT" (fromIntegral (y `div` 9973 `mod` 4)) | y <- xs ] : go (lcg (lcg x))
+          pairs = zip strings (drop 1 strings)
+          optionSets = [[], ["LEN"], ["IDX"], ["IDX", "WITHMATCHLEN"], ["idx", "minmatchlen", "2", "withmatchlen"], ["IDX", "MINMATCHLEN", "-5"]]
+          lcsCases = concat
+            [ [["SET", "l:a", a], ["SET", "l:b", b]] ++ [ "LCS" : "l:a" : "l:b" : o | o <- optionSets ] ++ [["LCS", "l:b", "l:a", "IDX"]]
+            | (a, b) <- pairs ]
+      differential kv redis $
+        [ ["FLUSHALL"], ["RPUSH", "l:list", "x"] ] ++ lcsCases ++
+        [ ["LCS", "l:a", "l:none"], ["LCS", "l:none", "l:none2", "IDX"], ["LCS", "l:a", "l:a", "IDX", "WITHMATCHLEN"]
+        , ["LCS", "l:a", "l:b", "LEN", "IDX"], ["LCS", "l:a", "l:b", "FOO"], ["LCS", "l:a", "l:b", "MINMATCHLEN"]
+        , ["LCS", "l:a", "l:b", "MINMATCHLEN", "x"], ["LCS", "l:a", "l:list"], ["LCS", "l:list", "l:b", "FOO"], ["LCS", "l:a"]
+        , ["SET", "e:s", "v", "EXAT", "1900000000"], ["EXPIRETIME", "e:s"], ["PEXPIRETIME", "e:s"]
+        , ["SET", "e:p", "v", "PXAT", "1900000000999"], ["EXPIRETIME", "e:p"], ["PEXPIRETIME", "e:p"]
+        , ["RPUSH", "e:l", "x"], ["PEXPIREAT", "e:l", "2000000000001"], ["EXPIRETIME", "e:l"], ["PEXPIRETIME", "e:l"]
+        , ["SET", "e:n", "v"], ["EXPIRETIME", "e:n"], ["PEXPIRETIME", "e:n"], ["EXPIRETIME", "e:none"], ["PEXPIRETIME", "e:none"]
+        , ["SET", "e:gone", "v", "PXAT", "1000"], ["EXPIRETIME", "e:gone"], ["EXPIRETIME"], ["PEXPIRETIME", "a", "b"] ]
  it "answers generated command sequences, pipelined, exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why
@@ -1127,6 +1154,28 @@ serverSpec = do
     sendRaw c (B.concat (map encodeCommand [["SET", "q", "1"], ["QUIT"], ["SET", "q", "2"]]))
     untilClosed c `shouldReturn` "+OK\r\n+OK\r\n"
     withClient addr $ \c' -> cmd c' ["GET", "q"] `shouldReturn` bulk "1"
+
+  it "answers TIME from the wall clock, and RANDOMKEY with each live key and no other" $ \addr -> withClient addr $ \c -> do
+    t0 <- getPOSIXTime
+    t <- cmd c ["TIME"]
+    t1 <- getPOSIXTime
+    case t of
+      RArray [RBulk secs, RBulk micros] -> do
+        let at = fromIntegral (read (C.unpack secs) :: Integer) + fromIntegral (read (C.unpack micros) :: Integer) / 1e6
+        (read (C.unpack micros) :: Integer) `shouldSatisfy` (< 1000000)
+        at `shouldSatisfy` (\x -> x >= t0 - 1 && x <= t1 + 1)
+      other -> expectationFailure ("TIME answered " ++ show other)
+    _ <- cmd c ["FLUSHALL"]
+    cmd c ["RANDOMKEY"] `shouldReturn` RNil
+    -- Keys on every color, several on each; one expired, one deleted.
+    let keys = [ C.pack ("rk:" ++ show i) | i <- [1 .. 40 :: Int] ]
+    _ <- run c ([ ["SET", k, "v"] | k <- keys ] ++ [["SET", "rk:expired", "v", "PX", "1"], ["SET", "rk:deleted", "v"], ["DEL", "rk:deleted"]])
+    threadDelay 20000
+    picks <- run c (replicate 2000 ["RANDOMKEY"])
+    sort (foldr (\r acc -> case r of RBulk k | k `notElem` acc -> k : acc; _ -> acc) [] picks) `shouldBe` sort keys
+    length [ () | RBulk _ <- picks ] `shouldBe` 2000
+    _ <- run c [ ["DEL", k] | k <- keys ]
+    cmd c ["RANDOMKEY"] `shouldReturn` RNil
 
   it "expires keys with EXPIRE and PEXPIRE on weft timers" $ \addr -> withClient addr $ \c -> do
     run c [ ["SET", "e1", "v"], ["EXPIRE", "e1", "1"], ["TTL", "e1"], ["EXPIRE", "nokey", "1"]

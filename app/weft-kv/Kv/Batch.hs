@@ -95,8 +95,8 @@ data Work
     -- ^ FLUSHDB's part on this color, and the colors still to flush: the
     -- last one answers (Note [Store-wide commands]).
   | WorkSurvey !Int Survey !(IORef (Int, [Reply]))
-    -- ^ DBSIZE's or KEYS's part on this color, the colors still to read
-    -- and the parts so far: the last one answers.
+    -- ^ DBSIZE's, KEYS's or RANDOMKEY's part on this color, the colors
+    -- still to read and the parts so far: the last one answers.
 
 -- | Give each command a sequence number and start it, one event per key
 -- color for the whole batch (Note [Batches per color]). Returns whether a
@@ -132,6 +132,11 @@ dispatch env c (Held blocks0 i0 malformed) = do
         if null colors then place c s ok >> onward groups else do
           left <- newIORef (length colors)
           onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
+      Clocked f -> do
+        s <- takeSeq c
+        now <- readNow
+        place c s (f now)
+        onward groups
       Answer r -> do
         s <- takeSeq c
         place c s r
@@ -181,6 +186,7 @@ windowArgs = go 0 0
 keyWork :: Env -> Conn -> Int -> Plan -> Groups -> IO Groups
 keyWork env c s p groups = case p of
   Answer r -> groups <$ place c s r
+  Clocked f -> readNow >>= \now -> groups <$ place c s (f now)
   OnKey key op -> do
     let !h = keyHash key
     prefetchKey (envStore env) h
@@ -235,18 +241,18 @@ noWork _ = False
 
 -- Note [Store-wide commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
--- DBSIZE, KEYS and FLUSHDB touch every key, hence every key color (up to
--- 65536), and a color's table may only be read by its own events (Note
+-- DBSIZE, KEYS, RANDOMKEY and FLUSHDB touch every key, hence every key
+-- color (up to 65536), and a color's table may only be read by its own events (Note
 -- [A color's table] in "Kv.Table"). Such a command runs only once every
 -- command the client sent before it has run (nothing outstanding,
 -- nothing posted in its batch); until then it and the commands after it
 -- wait in 'connHeld', reading pauses, and 'settle' resumes them when the
 -- replies are in. Then it runs on the colors that hold keys
 -- ('occupiedColors', which reads each table's count): a part of it
--- ('WorkSurvey' for DBSIZE and KEYS, 'WorkFlush' for FLUSHDB and
--- FLUSHALL) joins each such color's group of the batch, ahead of the
--- commands the client sent after it. Each part counts, lists or deletes
--- its color's keys; the colors count down a shared counter, and the last
+-- ('WorkSurvey' for DBSIZE, KEYS and RANDOMKEY, 'WorkFlush' for FLUSHDB
+-- and FLUSHALL) joins each such color's group of the batch, ahead of the
+-- commands the client sent after it. Each part counts, lists, picks from
+-- or deletes its color's keys; the colors count down a shared counter, and the last
 -- one answers (for a survey, with the parts joined: 'joinSurvey'); no
 -- other color posts a result. An empty store answers at once. With the
 -- default key colors (one per core) that is at most one event per core;
@@ -305,6 +311,7 @@ runWorks env c color works = do
       -- are this color's, else sent on ('Then').
       finish s next = case next of
         Answer r -> whole s r
+        Clocked f -> whole s (f now)
         OnKey key op | here key -> runKey key op >>= finish s . Answer
         OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . Answer . joinParts
         Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . joinParts

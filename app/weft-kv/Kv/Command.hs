@@ -11,7 +11,8 @@
 -- "Kv.Server"), or one on every key color. The operations themselves are
 -- pure ('KeyOp'); "Kv.Store" runs them on their key's color. This module
 -- has the table, the server, string and key commands; "Kv.Bytes"
--- GETRANGE, SETRANGE and the bit commands; "Kv.Copy" RENAME and COPY;
+-- GETRANGE, SETRANGE and the bit commands; "Kv.Lcs" LCS; "Kv.Copy"
+-- RENAME and COPY;
 -- "Kv.Lists",
 -- "Kv.Sets", "Kv.Hashes" and "Kv.ZSets" the commands on lists, sets,
 -- hashes and sorted sets. Each follows
@@ -38,6 +39,7 @@ import Kv.Bytes (byteCommands)
 import Kv.Copy (copyCommands)
 import Kv.Deque (dequeToList)
 import Kv.Hashes (hashCommands)
+import Kv.Lcs (lcsCommands)
 import Kv.Lists (listCommands)
 import Kv.Plan
 import Kv.Request (Commands, argAt, argCount, argsFrom)
@@ -92,7 +94,7 @@ printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 commands :: IntMap.IntMap [Command]
 commands = IntMap.fromListWith (++)
   [ (nameHash name, [entry])
-  | entry@(name, _) <- serverCommands ++ stringCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
+  | entry@(name, _) <- serverCommands ++ stringCommands ++ lcsCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
 
 -- | A command's table entry, by its name in any case.
 lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)
@@ -137,6 +139,7 @@ serverCommands =
   , ("INFO", (AtLeast 0, \_ -> Answer (RBulk infoText)))
   , ("MEMORY", (AtLeast 1, memoryCommand))
   , ("HELLO", (AtLeast 0, helloCommand))
+  , ("TIME", (Exactly 0, \_ -> Clocked timeReply))
   ]
   where
     -- One database: redis's int check, then index 0 only.
@@ -147,6 +150,11 @@ serverCommands =
       | otherwise = RError "ERR DB index is out of range"
     -- "*" matches every key, the empty one too (redis's special case).
     matcher pat = if pat == "*" then const True else globMatch False (B.copy pat)
+
+-- | TIME: the wall clock, seconds and microseconds since the epoch.
+timeReply :: Now -> Reply
+timeReply now = RArray [ RBulk (C.pack (show s)), RBulk (C.pack (show us)) ]
+  where (s, us) = nowWallMicros now `quotRem` 1000000
 
 -- | FLUSHDB / FLUSHALL [ASYNC|SYNC]: both delete every key at once.
 flushCommand :: [ByteString] -> Plan
@@ -495,6 +503,9 @@ keyCommands =
   , ("PEXPIREAT", (AtLeast 2, expireCommand "pexpireat" UnixMillis))
   , ("TTL", (Exactly 1, \[k] -> OnKey k (ttlOp False)))
   , ("PTTL", (Exactly 1, \[k] -> OnKey k (ttlOp True)))
+  , ("EXPIRETIME", (Exactly 1, \[k] -> OnKey k (expireTimeOp False)))
+  , ("PEXPIRETIME", (Exactly 1, \[k] -> OnKey k (expireTimeOp True)))
+  , ("RANDOMKEY", (Exactly 0, \_ -> Surveying RandomKey))
   , ("PERSIST", (Exactly 1, \[k] -> OnKey k persistOp))
   , ("TYPE", (Exactly 1, \[k] -> OnKey k typeOp))
   ]
@@ -565,3 +576,14 @@ ttlOp millis now deadline v = Outcome Keep $ case v of
   Just _ | deadline == 0 -> RInt (-1)
          | otherwise -> let left = max 0 (deadline - nowMono now)
                         in RInt (if millis then left else (left + 500) `quot` 1000)
+
+-- | EXPIRETIME / PEXPIRETIME: when the key expires, in seconds (rounded
+-- to the nearest, as redis does) or milliseconds since the epoch (an
+-- EXPIREAT's or PXAT's time as given: Note [The wall clock] in
+-- "Kv.Store"); -2 for a missing key, -1 for a key without expiry.
+expireTimeOp :: Bool -> KeyOp
+expireTimeOp millis now deadline v = Outcome Keep $ case v of
+  Nothing -> RInt (-2)
+  Just _ | deadline == 0 -> RInt (-1)
+         | otherwise -> let wall = deadline - nowMono now + nowWall now
+                        in RInt (if millis then wall else (wall + 500) `quot` 1000)

@@ -42,6 +42,9 @@ import Kv.Store
 data Plan
   = Answer Reply
     -- ^ No key involved: the reply, computed on the connection's color.
+  | Clocked (Now -> Reply)
+    -- ^ As 'Answer', from the clocks read when the command's turn comes
+    -- (TIME).
   | OnKey !ByteString KeyOp
     -- ^ One operation on one key, run on the key's color.
   | OnKeys [(ByteString, KeyOp)] ([Reply] -> Reply)

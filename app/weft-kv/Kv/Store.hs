@@ -20,6 +20,7 @@ module Kv.Store
     -- * Clocks
   , Now (..)
   , readNow
+  , nowWallMicros
     -- * Operations on one key
   , KeyOp
   , Outcome (..)
@@ -42,6 +43,7 @@ module Kv.Store
 import Control.Monad (forM_, when)
 import Data.Bits (shiftR, xor, (.&.))
 import Data.ByteString (ByteString)
+import Data.IORef
 import qualified Data.ByteString.Internal as BI
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
@@ -52,6 +54,7 @@ import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (peekByteOff)
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Float (castDoubleToWord64, castWord64ToDouble)
+import System.IO.Unsafe (unsafePerformIO)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
@@ -242,18 +245,54 @@ data Expiry
 -- | The time a batch of operations runs at, in milliseconds (redis's
 -- unit for expiry): the monotonic clock, which deadlines are kept on,
 -- and the wall clock, which absolute times (EXPIREAT, SET ... PXAT) and
--- redis's overflow checks are given in.
+-- redis's overflow checks are given in (Note [The wall clock]).
 data Now = Now
   { nowMono :: !Int  -- ^ monotonic clock, ms
   , nowWall :: !Int  -- ^ wall clock, ms since the epoch
   , nowSeed :: !Int  -- ^ monotonic clock, ns: a seed for random choices
   }
 
+-- Note [The wall clock]
+-- ~~~~~~~~~~~~~~~~~~~~~
+-- A deadline is kept on the monotonic clock, and a time given on the wall
+-- clock (EXPIREAT, PXAT) is moved onto it by the difference of the two
+-- clocks; EXPIRETIME moves it back. For EXPIRETIME to answer exactly the
+-- time given, that difference must be the same both times, so the wall
+-- clock is read as the monotonic clock plus a whole number of
+-- milliseconds that is kept ('wallOffset'): two separate readings, each
+-- truncated to milliseconds, would differ by one now and then. The
+-- offset is rounded up, and follows the system clock at once when that
+-- gets ahead of it, so the wall clock read here is never behind the
+-- system's: a client's PXAT a second from its now never leaves more than
+-- a second to live. It follows the system clock back when that falls a
+-- millisecond behind (the clock was set, or ran slow).
+
 readNow :: IO Now
 readNow = do
   mono <- getMonotonicTimeNSec
+  -- The wall clock after the monotonic one: the difference, if anything,
+  -- ahead of the true one.
   MkSystemTime secs nanos <- getSystemTime
-  return (Now (fromIntegral (mono `quot` 1000000)) (fromIntegral secs * 1000 + fromIntegral (nanos `quot` 1000000)) (fromIntegral mono))
+  let !monoNs = fromIntegral mono :: Int
+      !fresh = fromIntegral secs * 1000000000 + fromIntegral nanos - monoNs
+  off <- readIORef wallOffset
+  off' <- if off /= minBound && fresh <= off && fresh >= off - 1000000 then return off else do
+    writeIORef wallOffset fresh
+    return fresh
+  let !monoMs = monoNs `quot` 1000000
+  return (Now monoMs (monoMs + (off' + 999999) `div` 1000000) monoNs)
+
+-- | The wall clock less the monotonic one, in nanoseconds, as kept (Note
+-- [The wall clock]); 'minBound' before the first reading. Read and
+-- written from every core: each writes what it read from the clocks, so
+-- any value it holds is one of theirs.
+{-# NOINLINE wallOffset #-}
+wallOffset :: IORef Int
+wallOffset = unsafePerformIO (newIORef minBound)
+
+-- | The wall clock in microseconds since the epoch (TIME's reply).
+nowWallMicros :: Now -> Int
+nowWallMicros now = nowWall now * 1000 + (nowSeed now `quot` 1000) `rem` 1000
 
 ------------------------------------------------------------------------------
 -- Operations
@@ -290,6 +329,8 @@ data Survey
     -- ^ How many live keys: 'RInt'.
   | MatchKeys (ByteString -> Bool)
     -- ^ The live keys that match: an 'RArray' of bulk strings.
+  | RandomKey
+    -- ^ A live key picked at random, or 'RNil' in an empty store.
 
 ------------------------------------------------------------------------------
 -- The store
@@ -475,16 +516,33 @@ surveyColor :: Store -> Int -> Now -> Survey -> IO Reply
 surveyColor (Store tables _) color clocks op = case op of
   CountKeys -> RInt <$> tableFold (\n _ e -> if live e then n + 1 else n) 0 t
   MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
+  -- The color's count (expired keys not yet deleted among them), one of
+  -- its live keys, and a random number for 'joinSurvey's pick.
+  RandomKey -> do
+    n <- tableSize t
+    picked <- tableRandom t seed live
+    return $ case picked of
+      Just k -> RArray [RInt n, RBulk k, RInt (fromIntegral (seed `shiftR` 1))]
+      Nothing -> RNil
   where
     t = indexArray tables color
     live e = case entryExpiry e of
       ExpiresAt deadline _ -> deadline > nowMono clocks
       Persistent -> True
+    seed = (fromIntegral (nowSeed clocks) + fromIntegral color * 0x9e3779b97f4a7c15) * 0x2545f4914f6cdd1d :: Word64
 
--- | The reply of a read of every key, from the colors' parts.
+-- | The reply of a read of every key, from the colors' parts. RANDOMKEY
+-- picks a color's key with the odds of the color's share of the keys.
 joinSurvey :: Survey -> [Reply] -> Reply
 joinSurvey CountKeys parts = RInt (sum [ n | RInt n <- parts ])
 joinSurvey (MatchKeys _) parts = RArray (concat [ ks | RArray ks <- parts ])
+joinSurvey RandomKey parts = case [ (n, k, r) | RArray [RInt n, RBulk k, RInt r] <- parts ] of
+  [] -> RNil
+  picks@((_, _, r0) : _) ->
+    let total = sum [ n | (n, _, _) <- picks ]
+        go x ((n, k, _) : more) = if x < n || null more then RBulk k else go (x - n) more
+        go _ [] = RNil
+    in go (r0 `mod` max 1 total) picks
 
 -- | The colors whose tables hold keys (live or expired), in descending
 -- order. Runs on any color: it reads each table's count (Note [A color's

@@ -13,6 +13,7 @@ module Kv.Table
   , tableInsert
   , tableDelete
   , tableFold
+  , tableRandom
   , tableClear
   , tableCapacity
   , tablePrefetch
@@ -26,6 +27,7 @@ import Control.Monad.Primitive (RealWorld)
 import Data.Bits (unsafeShiftR, (.&.))
 import Data.ByteString (ByteString)
 import Data.IORef
+import Data.Word (Word64)
 import Data.Primitive.PrimArray
 import GHC.Exts (Int (..), MutableArrayArray#, (+#), (*#), newArrayArray#, newMutVar#, prefetchMutableByteArray0#, prefetchValue0#,
                  readMutVar#, readMutableArrayArrayArray#, unsafeCoerce#, writeMutVar#, writeMutableArrayArrayArray#)
@@ -357,6 +359,34 @@ tableFold f z0 (Table ref) = do
               e <- readCell (tabCells t) i
               go (i + 1) (f z (keyBytes (entryKey e)) e)
   go 0 z0
+
+-- | A key picked at random among those whose entries pass the check, if
+-- any: a few slots drawn at random (with many keys one of them holds
+-- one), then a walk from a random slot through the whole table. Not
+-- uniform, as redis's own pick is not: a key after a run of vacant slots
+-- is found by the walk more often. The key is a fresh string.
+tableRandom :: forall a. Keyed a => Table a -> Word64 -> (a -> Bool) -> IO (Maybe ByteString)
+tableRandom (Table ref) seed wanted = do
+  t <- readIORef ref
+  let mask = tabMask t
+      slotAt :: Word64 -> Int
+      slotAt r = fromIntegral (r `unsafeShiftR` 20) .&. mask
+      at :: Int -> IO (Maybe ByteString)
+      at i = do
+        h <- readPrimArray (tabHashes t) i
+        if vacant h then return Nothing else do
+          e <- readCell (tabCells t) i
+          return (if wanted e then Just (keyBytes (entryKey e)) else Nothing)
+      draw :: Int -> Word64 -> IO (Maybe ByteString)
+      draw k r
+        | k == 0 = walk (slotAt r) (mask + 1)
+        | otherwise = at (slotAt r) >>= maybe (draw (k - 1) (next r)) (return . Just)
+      walk :: Int -> Int -> IO (Maybe ByteString)
+      walk !i !left
+        | left == 0 = return Nothing
+        | otherwise = at i >>= maybe (walk ((i + 1) .&. mask) (left - 1)) (return . Just)
+      next r = r * 6364136223846793005 + 1442695040888963407
+  draw (8 :: Int) (next seed)
 
 -- | Remove every key.
 tableClear :: Table a -> IO ()
