@@ -27,6 +27,7 @@ import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import System.Directory (findExecutable)
+import qualified System.Timeout as GHC
 import System.Process (StdStream (NoStream), createProcess, proc, readProcessWithExitCode, std_err, std_out, terminateProcess, waitForProcess)
 import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
@@ -434,6 +435,20 @@ withClient addr act = bracket (connectClient addr) N.close $ \s -> do
 
 sendRaw :: Client -> ByteString -> IO ()
 sendRaw (Client s _) = NB.sendAll s
+
+-- | Wait (up to 3 s) until INFO counts this many blocked clients.
+waitBlocked :: Client -> Int -> IO ()
+waitBlocked c n = within 3 ("INFO to count " ++ show n ++ " blocked clients") loop
+  where
+    loop = do
+      info <- cmd c ["INFO"]
+      case info of
+        RBulk text | C.pack ("blocked_clients:" ++ show n ++ "\r\n") `B.isInfixOf` text -> return ()
+        _ -> threadDelay 2000 >> loop
+
+-- | No reply comes within 100 ms.
+nothingYet :: Client -> IO ()
+nothingYet c = GHC.timeout 100000 (replies c 1) >>= \r -> r `shouldBe` Nothing
 
 -- | The next n replies (failing the test after 3 s).
 replies :: Client -> Int -> IO [Reply]
@@ -970,6 +985,15 @@ serverSpec = do
       forM_ [1 .. 10 :: Int] $ \_ -> (cmd steady ["PING"] `shouldReturn` RSimple "PONG") >> threadDelay 100000
       untilClosed slow `shouldReturn` B.empty
       within 5 "the trickler" (wait trickler) `shouldReturn` True
+ it "with --timeout, keeps a client blocked longer than the timeout, and times it out once answered" $
+  withKvConfig defaultServerConfig { serverTimeout = 300000 } $ \addr ->
+    withClient addr $ \blocked -> do
+      sendRaw blocked (encodeCommand ["BLPOP", "idle:q", "0"])
+      threadDelay 800000
+      withClient addr $ \other -> cmd other ["RPUSH", "idle:q", "x"] `shouldReturn` RInt 1
+      replies blocked 1 `shouldReturn` [RArray [bulk "idle:q", bulk "x"]]
+      -- Idle again, and not blocked: closed after the timeout.
+      untilClosed blocked `shouldReturn` B.empty
  it "closes a client whose waiting replies pass the output limit, and serves the others" $
   withKvConfig defaultServerConfig { serverOutputLimit = 2 * 1048576 } $ \addr ->
     withClient addr $ \greedy -> withClient addr $ \other -> do
@@ -1176,6 +1200,62 @@ serverSpec = do
     length [ () | RBulk _ <- picks ] `shouldBe` 2000
     _ <- run c [ ["DEL", k] | k <- keys ]
     cmd c ["RANDOMKEY"] `shouldReturn` RNil
+
+  it "blocks BLPOP until a push on any of its keys, holding the client's later commands back" $ \addr ->
+    withClient addr $ \a -> withClient addr $ \b -> do
+      _ <- run b [["DEL", "bk:1", "bk:2", "bk:3"]]
+      sendRaw a (B.concat (map encodeCommand [["BLPOP", "bk:1", "bk:2", "bk:3", "0"], ["PING"]]))
+      waitBlocked b 1
+      nothingYet a
+      cmd b ["RPUSH", "bk:3", "x", "y"] `shouldReturn` RInt 2
+      replies a 2 `shouldReturn` [RArray [bulk "bk:3", bulk "x"], RSimple "PONG"]
+      run b [["LRANGE", "bk:3", "0", "-1"], ["INFO"]] >>= \rs -> take 1 rs `shouldBe` [RArray [bulk "y"]]
+      waitBlocked b 0
+      -- A list there already: answered at once; BRPOP and BLMPOP too.
+      run a [["BLPOP", "bk:3", "0"], ["RPUSH", "bk:1", "p", "q", "r"], ["BRPOP", "bk:2", "bk:1", "0"], ["BLMPOP", "0", "1", "bk:1", "LEFT", "COUNT", "5"]]
+        `shouldReturn` [RArray [bulk "bk:3", bulk "y"], RInt 3, RArray [bulk "bk:1", bulk "r"], RArray [bulk "bk:1", RArray [bulk "p", bulk "q"]]]
+
+  it "times blocking commands out with their empty replies, and counts blocked clients in INFO" $ \addr ->
+    withClient addr $ \a -> withClient addr $ \b -> do
+      sendRaw a (encodeCommand ["BLPOP", "bt:none", "0.3"])
+      waitBlocked b 1
+      replies a 1 `shouldReturn` [RNilArray]
+      waitBlocked b 0
+      run a [["BRPOPLPUSH", "bt:none", "bt:dst", "0.05"], ["BLMOVE", "bt:none", "bt:dst", "LEFT", "RIGHT", "0.05"], ["BLMPOP", "0.05", "2", "bt:none", "bt:x", "RIGHT"]]
+        `shouldReturn` [RNil, RNil, RNilArray]
+      run a [["BLPOP", "bt:none", "-1"], ["BLPOP", "bt:none", "x"], ["SET", "bt:s", "v"], ["BLPOP", "bt:none", "bt:s", "0"], ["BLMOVE", "bt:none", "bt:dst", "UP", "LEFT", "0"]]
+        `shouldReturn` [ RError "ERR timeout is negative", RError "ERR timeout is not a float or out of range", ok, wrongType, RError "ERR syntax error" ]
+
+  it "wakes blocked clients one per element, in order, passes on what one leaves, and forgets a client that closes" $ \addr ->
+    withClient addr $ \b -> do
+      _ <- run b [["DEL", "bw:q", "bw:t1", "bw:t2"], ["SET", "bw:t1", "not a list"]]
+      withClient addr $ \a1 -> withClient addr $ \a2 -> withClient addr $ \a3 -> do
+        sendRaw a1 (encodeCommand ["BLPOP", "bw:q", "0"])
+        waitBlocked b 1
+        sendRaw a2 (encodeCommand ["BLPOP", "bw:q", "0"])
+        waitBlocked b 2
+        cmd b ["RPUSH", "bw:q", "one"] `shouldReturn` RInt 1
+        replies a1 1 `shouldReturn` [RArray [bulk "bw:q", bulk "one"]]
+        nothingYet a2
+        cmd b ["RPUSH", "bw:q", "two"] `shouldReturn` RInt 1
+        replies a2 1 `shouldReturn` [RArray [bulk "bw:q", bulk "two"]]
+        -- The first cannot move what it was woken for (its destination is
+        -- a string): the second gets it.
+        sendRaw a1 (encodeCommand ["BRPOPLPUSH", "bw:q", "bw:t1", "0"])
+        waitBlocked b 1
+        sendRaw a3 (encodeCommand ["BRPOPLPUSH", "bw:q", "bw:t2", "0"])
+        waitBlocked b 2
+        cmd b ["LPUSH", "bw:q", "three"] `shouldReturn` RInt 1
+        replies a1 1 `shouldReturn` [wrongType]
+        replies a3 1 `shouldReturn` [bulk "three"]
+        run b [["LLEN", "bw:q"], ["LRANGE", "bw:t2", "0", "-1"]] `shouldReturn` [RInt 0, RArray [bulk "three"]]
+      -- A client that closed while blocked takes nothing.
+      withClient addr $ \a4 -> do
+        sendRaw a4 (encodeCommand ["BLPOP", "bw:q", "0"])
+        waitBlocked b 1
+      waitBlocked b 0
+      cmd b ["RPUSH", "bw:q", "four"] `shouldReturn` RInt 1
+      cmd b ["LRANGE", "bw:q", "0", "-1"] `shouldReturn` RArray [bulk "four"]
 
   it "expires keys with EXPIRE and PEXPIRE on weft timers" $ \addr -> withClient addr $ \c -> do
     run c [ ["SET", "e1", "v"], ["EXPIRE", "e1", "1"], ["TTL", "e1"], ["EXPIRE", "nokey", "1"]

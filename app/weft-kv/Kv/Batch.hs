@@ -8,6 +8,8 @@ module Kv.Batch
   ( dispatch
   , continuePlan
   , armExpiry
+  , woken
+  , abandonBlock
   ) where
 
 import Control.Exception hiding (Handler)
@@ -18,15 +20,17 @@ import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
 
 import Weft.Color (Handler (..), RuntimeClosed (..), handler, post)
-import Weft.Timer (TimeoutKey, getSystemTimerManager, registerTimeout)
+import qualified Weft.Net as Net
+import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTimeout)
 
 import Kv.Command
 import Kv.Conn
 import Kv.Out (piece)
-import Kv.Plan (ok)
+import Kv.Plan (Block (..), ok)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
 import Kv.Store
+import Kv.Waiters
 
 hCommand, hCommandSoon, hReply, hExpire :: Handler
 hCommand = handler "kv-command"
@@ -132,11 +136,16 @@ dispatch env c (Held blocks0 i0 malformed) = do
         if null colors then place c s ok >> onward groups else do
           left <- newIORef (length colors)
           onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
-      Clocked f -> do
+      Live f -> do
         s <- takeSeq c
-        now <- readNow
-        place c s (f now)
+        f (envStore env) >>= place c s
         onward groups
+      Blocking b -> do
+        s <- takeSeq c
+        groups' <- startBlock env c s b groups
+        -- The commands after it wait until it is answered (Note [Blocked
+        -- commands]).
+        (False, groups') <$ writeIORef (connHeld c) heldAfter
       Answer r -> do
         s <- takeSeq c
         place c s r
@@ -186,7 +195,10 @@ windowArgs = go 0 0
 keyWork :: Env -> Conn -> Int -> Plan -> Groups -> IO Groups
 keyWork env c s p groups = case p of
   Answer r -> groups <$ place c s r
-  Clocked f -> readNow >>= \now -> groups <$ place c s (f now)
+  Live f -> f (envStore env) >>= \r -> groups <$ place c s r
+  Park -> groups <$ parked env c s
+  Unblock r -> groups <$ unblocked env c s r
+  Expire -> groups <$ expired env c s
   OnKey key op -> do
     let !h = keyHash key
     prefetchKey (envStore env) h
@@ -311,7 +323,7 @@ runWorks env c color works = do
       -- are this color's, else sent on ('Then').
       finish s next = case next of
         Answer r -> whole s r
-        Clocked f -> whole s (f now)
+        Live f -> f (envStore env) >>= whole s
         OnKey key op | here key -> runKey key op >>= finish s . Answer
         OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . Answer . joinParts
         Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . joinParts
@@ -377,3 +389,138 @@ armExpiry env key deadline us = do
     post (envRuntime env) (keyColor (envStore env) owned) hExpire (expireDue (envStore env) (armExpiry env) owned deadline)
       `catch` \RuntimeClosed -> return ()
 
+
+------------------------------------------------------------------------------
+-- Blocked commands
+
+-- Note [Blocked commands]
+-- ~~~~~~~~~~~~~~~~~~~~~~~
+-- BLPOP, BRPOP, BLMPOP, BLMOVE and BRPOPLPUSH wait, up to their timeout,
+-- for one of their keys to hold a list. Such a command ('Blocking') takes
+-- its sequence number and holds the connection's later commands back
+-- until it is answered, as a multi-key command does. It runs as attempts:
+-- its non-blocking form, a plan over its keys' colors that ends in
+-- 'Unblock' with the reply, or in 'Park' when no key had anything. Both
+-- come back to the connection's color, which keeps the command's state
+-- ('connBlocked'). After the first attempt parks, the command registers a
+-- 'Waker' on each key's color ("Kv.Waiters", atomic updates of a map the
+-- key colors read), arms its timeout, and attempts once more: a push
+-- that came between the first attempt and the registrations is seen by
+-- the second attempt, and one after them finds the registration.
+--
+-- A write that leaves a list under a key (any command, on the key's
+-- color: 'runKeyOp' checks the color's registrations, one read when
+-- nobody waits) wakes as many of the key's waiting commands as the list
+-- has elements, in the order they registered: each woken command's state
+-- turns from waiting to woken, and its connection's color gets a 'Wake'
+-- and attempts again. The command that pops is the one whose attempt
+-- comes first; one that finds the list taken parks again, still
+-- registered in its place. A wake during an attempt is seen when the
+-- attempt parks. The timeout ('Expire') answers the empty reply when the
+-- command is parked, or when its attempt parks. Once answered, timed out
+-- or closed, the command is done: its registrations are removed and its
+-- timer cancelled; if it took no element, its keys' lists are announced
+-- again, so that an element it was woken for and left (its destination
+-- was of another type, or it timed out or closed first) wakes the next.
+-- A client whose input ends while it is blocked is closed, as redis
+-- closes it; one that waits is not idle (its idle timeout is lifted
+-- while it is registered).
+--
+-- Unlike redis, which serves a blocked client inside the pushing command,
+-- a woken command pops in its own attempt, after the push has been
+-- answered: a client that pops the element first (not blocked, on
+-- another connection) takes it, and the woken command waits on; and a
+-- chain of blocked moves (BLMOVE into a list another client waits on) is
+-- still under way when the push that started it is answered.
+
+-- | Start a blocking command: its first attempt, with the batch's work.
+startBlock :: Env -> Conn -> Int -> Block -> Groups -> IO Groups
+startBlock env c s b groups = do
+  st <- newIORef wWaiting
+  writeIORef (connBlocked c) (Just (Blocked s b st False True False Nothing []))
+  keyWork env c s (blockAttempt b) groups
+
+-- | The blocking command with this number, if it is the connection's.
+withBlocked :: Conn -> Int -> (Blocked -> IO ()) -> IO ()
+withBlocked c s k = readIORef (connBlocked c) >>= \m -> case m of
+  Just blk | blkSeq blk == s -> k blk
+  _ -> return ()
+
+-- | Attempt the command again.
+attemptAgain :: Env -> Conn -> Blocked -> IO ()
+attemptAgain env c blk = do
+  writeIORef (connBlocked c) (Just blk { blkAttempting = True })
+  continuePlan env c (blkSeq blk) (blockAttempt (blkBlock blk))
+
+-- | An attempt found nothing.
+parked :: Env -> Conn -> Int -> IO ()
+parked env c s = withBlocked c s $ \blk0 -> do
+  let blk = blk0 { blkAttempting = False }
+      b = blkBlock blk
+      store = envStore env
+      waiters = storeWaiters store
+  if blkExpired blk then endBlock env c blk False >> place c s (blockEmpty b)
+  else if not (blkRegistered blk) then do
+    let keys = map B.copy (dedupe (blockKeys b))
+        wake = deliver env c [Wake s]
+    forM_ keys $ \k -> addWaker waiters (keyColor store k) k (Waker (blkState blk) wake)
+    countBlocked waiters 1
+    -- A blocked client is not idle, as in redis (--timeout).
+    when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
+    timer <- if blockTimeout b <= 0 then return Nothing else do
+      mgr <- getSystemTimerManager
+      Just <$> registerTimeout mgr (blockTimeout b * 1000)
+        (deliver env c [Then s Expire] `catch` \RuntimeClosed -> return ())
+    attemptAgain env c blk { blkRegistered = True, blkTimer = timer, blkKeys = keys }
+  else do
+    st <- readIORef (blkState blk)
+    if st == wWoken
+      then writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
+      else writeIORef (connBlocked c) (Just blk)
+  where
+    dedupe = foldr (\k ks -> if k `elem` ks then ks else k : ks) []
+
+-- | A write woke the command: attempt again, unless an attempt is under
+-- way (its park will see the wake).
+woken :: Env -> Conn -> Int -> IO ()
+woken env c s = withBlocked c s $ \blk -> unless (blkAttempting blk) $ do
+  st <- readIORef (blkState blk)
+  when (st == wWoken) $ writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
+
+-- | An attempt's reply: the command is done.
+unblocked :: Env -> Conn -> Int -> Reply -> IO ()
+unblocked env c s r = do
+  withBlocked c s $ \blk -> endBlock env c blk (case r of RError _ -> False; _ -> True)
+  place c s r
+
+-- | The command's time is up.
+expired :: Env -> Conn -> Int -> IO ()
+expired env c s = withBlocked c s $ \blk ->
+  if blkAttempting blk
+    then writeIORef (connBlocked c) (Just blk { blkExpired = True })
+    else endBlock env c blk False >> place c s (blockEmpty (blkBlock blk))
+
+-- | The command is done, having taken an element or not: its
+-- registrations and timer go, and, if it took none, its keys' lists are
+-- announced again (Note [Blocked commands]).
+endBlock :: Env -> Conn -> Blocked -> Bool -> IO ()
+endBlock env c blk took = do
+  writeIORef (blkState blk) wDone
+  writeIORef (connBlocked c) Nothing
+  mapM_ cancelTimeout (blkTimer blk)
+  when (blkRegistered blk) $ do
+    let store = envStore env
+    forM_ (blkKeys blk) $ \k -> removeWaker (storeWaiters store) (keyColor store k) k (blkState blk)
+    countBlocked (storeWaiters store) (-1)
+    when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) (fst (envTimeout env))
+    -- Under the command's number, answered already: the 'Park' it ends in
+    -- finds no blocked command and does nothing.
+    unless took $ continuePlan env c (blkSeq blk) (Steps [ (k, announce) | k <- blkKeys blk ] (const Park))
+  where
+    announce _ _ v = case v of
+      Just (VList l) -> Outcome (Replace (VList l)) RNil
+      _ -> Outcome Keep RNil
+
+-- | The connection closes: a command blocked on it is done.
+abandonBlock :: Env -> Conn -> IO ()
+abandonBlock env c = readIORef (connBlocked c) >>= mapM_ (\blk -> endBlock env c blk False)

@@ -48,6 +48,7 @@ import Kv.Sets (setCommands)
 import Kv.Store
 import Kv.Str (Str, strCopy, strLength, strString)
 import Kv.Text (LongDoubleSum (..), addLongDouble, globMatch)
+import Kv.Waiters (blockedClients)
 import Kv.ZSets (zsetCommands)
 import Weft.Net (byteAt)
 
@@ -136,10 +137,10 @@ serverCommands =
   , ("FLUSHDB", (AtLeast 0, flushCommand))
   , ("FLUSHALL", (AtLeast 0, flushCommand))
   , ("FUNCTION", (AtLeast 1, functionCommand))
-  , ("INFO", (AtLeast 0, \_ -> Answer (RBulk infoText)))
+  , ("INFO", (AtLeast 0, \_ -> Live infoReply))
   , ("MEMORY", (AtLeast 1, memoryCommand))
   , ("HELLO", (AtLeast 0, helloCommand))
-  , ("TIME", (Exactly 0, \_ -> Clocked timeReply))
+  , ("TIME", (Exactly 0, \_ -> Live (\_ -> timeReply <$> readNow)))
   ]
   where
     -- One database: redis's int check, then index 0 only.
@@ -177,14 +178,17 @@ functionCommand (sub : rest) = case (upper sub, map upper rest) of
   _ -> Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try FUNCTION HELP."))
 functionCommand [] = Answer (RError "ERR wrong number of arguments for 'function' command")
 
--- | INFO, whatever sections are asked for: the server section, in
--- redis's "field:value" lines, with what clients and test harnesses read
+-- | INFO, whatever sections are asked for: the server section and the
+-- blocked clients, in redis's "field:value" lines, with what clients and test harnesses read
 -- from it. weft-kv speaks redis 7.0's protocol; its memory is GHC's heap,
 -- not jemalloc's (so allocator-specific checks are left out).
-infoText :: ByteString
-infoText = B.concat [ line <> "\r\n" | line <-
-  [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
-  , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc" ] ]
+infoReply :: Store -> IO Reply
+infoReply store = do
+  blocked <- blockedClients (storeWaiters store)
+  return $ RBulk $ B.concat [ line <> "\r\n" | line <-
+    [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
+    , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc", ""
+    , "# Clients", "blocked_clients:" <> C.pack (show blocked) ] ]
 
 -- | MEMORY USAGE key [SAMPLES n]: an estimate of the bytes the key and its
 -- value hold (the payload bytes and a fixed cost per element), nil for no

@@ -11,6 +11,7 @@ module Kv.Conn
   , Phase (..)
   , Early (..)
   , Held (..)
+  , Blocked (..)
   , noneHeld
   , holding
   , andThen
@@ -39,10 +40,11 @@ import Data.Primitive.PrimArray (MutablePrimArray, readPrimArray, writePrimArray
 import Network.Socket (SockAddr)
 
 import Weft.Color (FdWatch, Runtime)
+import Weft.Timer (TimeoutKey)
 import qualified Weft.Net as Net
 
 import Kv.Out
-import Kv.Plan (Plan)
+import Kv.Plan (Block, Plan)
 import Kv.Request (Commands, Decoder, Limits)
 import Kv.Resp
 import Kv.Store (Store)
@@ -102,6 +104,9 @@ data Conn = Conn
     -- ^ Commands decoded but held back behind a survey until the
     -- commands before it have run (Note [Store-wide commands] in
     -- "Kv.Batch"); reading pauses while there are any.
+  , connBlocked :: !(IORef (Maybe Blocked))
+    -- ^ The blocking command it waits on, if any (Note [Blocked commands]
+    -- in "Kv.Batch").
   , connInbox   :: !(IORef [[Result]])
     -- ^ The one field other colors write: results the key colors have
     -- delivered and the connection's color has not yet taken, each
@@ -152,6 +157,24 @@ andThen :: Held -> Held -> Held
 andThen (Held cmds i _) (Held more _ malformed)
   | null cmds = Held more 0 malformed
   | otherwise = Held (cmds ++ more) i malformed
+
+-- | A blocking command under way on its connection's color (Note
+-- [Blocked commands] in "Kv.Batch").
+data Blocked = Blocked
+  { blkSeq :: !Int
+  , blkBlock :: !Block
+  , blkState :: !(IORef Int)
+    -- ^ Its state ("Kv.Waiters"), shared with its registrations.
+  , blkRegistered :: !Bool
+    -- ^ It is registered on its keys (and counted as blocked).
+  , blkAttempting :: !Bool
+    -- ^ An attempt is under way.
+  , blkExpired :: !Bool
+    -- ^ Its time ran out during an attempt.
+  , blkTimer :: !(Maybe TimeoutKey)
+  , blkKeys :: [ByteString]
+    -- ^ The keys it is registered on (copies).
+  }
 
 -- | A reply waiting for its turn.
 data Early
@@ -216,8 +239,10 @@ data Phase
 
 -- | What a 'Work' answered: a whole command's encoded reply, one color's
 -- parts of a multi-key command, or the next step of a multi-key command
--- that names keys of other colors.
+-- that names keys of other colors; or a wake-up of a blocked command.
 data Result = Whole !Int !Piece | Parts !Int [(Int, Reply)] | Then !Int Plan
+  | Wake !Int
+    -- ^ A write woke the blocking command with this number.
 
 takeSeq :: Conn -> IO Int
 takeSeq c = do

@@ -6,7 +6,8 @@
 -- | weft-kv's commands on lists, those of one key and those that move
 -- elements between keys (LMOVE, RPOPLPUSH) or pick one of several
 -- (LMPOP), whose keys may have several colors (Note [Multi-key commands]
--- in "Kv.Batch").
+-- in "Kv.Batch"), and their blocking forms (Note [Blocked commands] in
+-- "Kv.Batch").
 module Kv.Lists
   ( listCommands
   , listRangeReply
@@ -23,6 +24,7 @@ import Foreign.Ptr (plusPtr)
 
 import Kv.Deque
 import Kv.Plan
+import Kv.Text (readDouble)
 import Kv.Resp
 import Kv.Store
 
@@ -46,6 +48,11 @@ listCommands =
   , ("LMOVE", (Exactly 4, \[src, dst, from, to] -> withEnd from (withEnd to . lmove src dst)))
   , ("RPOPLPUSH", (Exactly 2, \[src, dst] -> lmove src dst False True))
   , ("LMPOP", (AtLeast 3, lmpopCommand))
+  , ("BLPOP", (AtLeast 2, bpopCommand True))
+  , ("BRPOP", (AtLeast 2, bpopCommand False))
+  , ("BLMPOP", (AtLeast 4, \(t : rest) -> withTimeout t (blmpop rest)))
+  , ("BLMOVE", (Exactly 5, \[src, dst, from, to, t] -> withEnd from (\h -> withEnd to (\h' -> withTimeout t (blmove src dst h h')))))
+  , ("BRPOPLPUSH", (Exactly 3, \[src, dst, t] -> withTimeout t (blmove src dst False True)))
   ]
 
 -- | Push values one by one, at the head (LPUSH) or the tail (RPUSH).
@@ -279,17 +286,23 @@ withEnd w k = case upper w of
 -- change either key; should the destination have become another type,
 -- the element is dropped and the reply is WRONGTYPE.
 lmove :: ByteString -> ByteString -> Bool -> Bool -> Plan
-lmove src dst fromHead toHead = Steps [(src, listProbe), (dst, listProbe)] decide
+lmove src dst fromHead toHead = moveAttempt src dst fromHead toHead Answer (Answer RNil)
+
+-- | LMOVE's steps, ending in @done@ with a reply or in @none@ when the
+-- source has nothing (its blocking form parks there).
+moveAttempt :: ByteString -> ByteString -> Bool -> Bool -> (Reply -> Plan) -> Plan -> Plan
+moveAttempt src dst fromHead toHead done none = Steps [(src, listProbe), (dst, listProbe)] decide
   where
     decide [srcPart, dstPart] = case (srcPart, dstPart) of
-      (RNil, _) -> Answer RNil
-      (e@(RError _), _) -> Answer e
-      (_, e@(RError _)) -> Answer e
+      (RNil, _) -> none
+      (e@(RError _), _) -> done e
+      (_, e@(RError _)) -> done e
       _ -> Steps [(src, popOp fromHead Nothing)] moved
-    decide _ = Answer syntaxError
-    moved [RBulk x] = OnKey dst (answering (RBulk x) (pushOp toHead [x]))
-    moved [r] = Answer r
-    moved _ = Answer syntaxError
+    decide _ = done syntaxError
+    moved [RBulk x] = Steps [(dst, answering (RBulk x) (pushOp toHead [x]))] (\rs -> case rs of [r] -> done r; _ -> done syntaxError)
+    moved [RNil] = none
+    moved [r] = done r
+    moved _ = done syntaxError
 
 -- | A key's part of LMOVE and LMPOP: its list's length (nil for a missing
 -- key), or WRONGTYPE.
@@ -304,7 +317,12 @@ listProbe _ _ v = Outcome Keep $ case v of
 -- the elements; nil if none does. As in redis, only the keys up to that
 -- one are checked for their type.
 lmpopCommand :: [ByteString] -> Plan
-lmpopCommand (n : rest) = case readInteger n of
+lmpopCommand args = lmpopArgs args $ \ks fromHead count -> popAttempt ks fromHead (Just count) Answer (Answer RNilArray)
+
+-- | LMPOP's arguments, checked as redis checks them: the keys, the end
+-- and the count, for the plan.
+lmpopArgs :: [ByteString] -> ([ByteString] -> Bool -> Int -> Plan) -> Plan
+lmpopArgs (n : rest) go = case readInteger n of
   Just numkeys | numkeys > 0 -> case drop numkeys rest of
     [] -> Answer syntaxError
     w : opts -> withEnd w $ \fromHead -> case opts of
@@ -314,13 +332,54 @@ lmpopCommand (n : rest) = case readInteger n of
         _ -> Answer (RError "ERR count should be greater than 0")
       _ -> Answer syntaxError
   _ -> Answer (RError "ERR numkeys should be greater than 0")
-  where
-    go ks fromHead count = Steps [ (k, listProbe) | k <- ks ] (pick (zip ks) fromHead count)
-    pick pair fromHead count parts = case [ p | p@(_, r) <- pair parts, r /= RNil, r /= RInt 0 ] of
-      (_, e@(RError _)) : _ -> Answer e
-      (k, _) : _ -> Steps [(k, popOp fromHead (Just count))] $ \popped -> case popped of
-        [RArray xs@(_ : _)] -> Answer (RArray [RBulk k, RArray xs])
-        _ -> Answer RNilArray
-      [] -> Answer RNilArray
-lmpopCommand _ = Answer syntaxError
+lmpopArgs _ _ = Answer syntaxError
 
+-- | Pop from the first of the keys that holds a list: one element (the
+-- key and the element, as BLPOP answers) or up to a count (the key and
+-- the elements, as LMPOP). Ends in @done@ with the reply or a type error
+-- of a key before that one, or in @none@ when no key holds a list (or
+-- the list went before the pop).
+popAttempt :: [ByteString] -> Bool -> Maybe Int -> (Reply -> Plan) -> Plan -> Plan
+popAttempt ks fromHead count done none = Steps [ (k, listProbe) | k <- ks ] pick
+  where
+    pick parts = case [ p | p@(_, r) <- zip ks parts, r /= RNil, r /= RInt 0 ] of
+      (_, e@(RError _)) : _ -> done e
+      (k, _) : _ -> Steps [(k, popOp fromHead count)] $ \popped -> case popped of
+        [RArray xs@(_ : _)] -> done (RArray [RBulk k, RArray xs])
+        [RBulk x] -> done (RArray [RBulk k, RBulk x])
+        _ -> none
+      [] -> none
+
+------------------------------------------------------------------------------
+-- Blocking forms (Note [Blocked commands] in "Kv.Batch")
+
+-- | A blocking command's timeout, in seconds as redis reads it (a float,
+-- truncated to milliseconds; 0 waits for ever), for the plan.
+withTimeout :: ByteString -> (Int -> Plan) -> Plan
+withTimeout t k = case readDouble t of
+  Nothing -> Answer (RError "ERR timeout is not a float or out of range")
+  Just d
+    | isInfinite d || d * 1000 >= 4.0e18 -> Answer (RError "ERR timeout is out of range")
+    | ms < 0 -> Answer (RError "ERR timeout is negative")
+    | otherwise -> k ms
+    where ms = truncate (d * 1000) :: Int
+
+-- | BLPOP / BRPOP key [key ...] timeout. The keys are copied: the command
+-- may outlive the read it came in.
+bpopCommand :: Bool -> [ByteString] -> Plan
+bpopCommand fromHead args = withTimeout (last args) $ \ms ->
+  let ks = map B.copy (init args)
+  in Blocking (Block ks (popAttempt ks fromHead Nothing Unblock Park) RNilArray ms)
+
+-- | BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
+blmpop :: [ByteString] -> Int -> Plan
+blmpop args ms = lmpopArgs args $ \ks0 fromHead count ->
+  let ks = map B.copy ks0
+  in Blocking (Block ks (popAttempt ks fromHead (Just count) Unblock Park) RNilArray ms)
+
+-- | BLMOVE / BRPOPLPUSH: LMOVE that waits for the source.
+blmove :: ByteString -> ByteString -> Bool -> Bool -> Int -> Plan
+blmove src0 dst0 fromHead toHead ms =
+  let src = B.copy src0
+      dst = B.copy dst0
+  in Blocking (Block [src] (moveAttempt src dst fromHead toHead Unblock Park) RNil ms)

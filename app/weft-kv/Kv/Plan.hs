@@ -4,6 +4,7 @@
 -- gives in the same words for many commands.
 module Kv.Plan
   ( Plan (..)
+  , Block (..)
   , Arity (..)
   , Command
     -- * Replies
@@ -42,9 +43,9 @@ import Kv.Store
 data Plan
   = Answer Reply
     -- ^ No key involved: the reply, computed on the connection's color.
-  | Clocked (Now -> Reply)
-    -- ^ As 'Answer', from the clocks read when the command's turn comes
-    -- (TIME).
+  | Live (Store -> IO Reply)
+    -- ^ As 'Answer', made when the command's turn comes, from the clocks
+    -- or the server's counts (TIME, INFO).
   | OnKey !ByteString KeyOp
     -- ^ One operation on one key, run on the key's color.
   | OnKeys [(ByteString, KeyOp)] ([Reply] -> Reply)
@@ -60,6 +61,25 @@ data Plan
     -- run (Note [Store-wide commands] in "Kv.Batch").
   | Flushing
     -- ^ Delete every key, on every key color.
+  | Blocking Block
+    -- ^ A command that waits for a list (BLPOP): Note [Blocked commands]
+    -- in "Kv.Batch".
+  | Park
+    -- ^ A blocking command's attempt found nothing: it waits.
+  | Unblock Reply
+    -- ^ A blocking command's attempt's reply: it is done.
+  | Expire
+    -- ^ A blocking command's time is up.
+
+-- | A blocking command: the keys whose lists wake it, its attempt (a plan
+-- that ends in 'Park' or 'Unblock'), its reply when its time is up, and
+-- its timeout in milliseconds (0: none).
+data Block = Block
+  { blockKeys :: [ByteString]
+  , blockAttempt :: Plan
+  , blockEmpty :: Reply
+  , blockTimeout :: !Int
+  }
 
 -- | How many arguments (after the name) a command takes.
 data Arity = Exactly !Int | AtLeast !Int | Between !Int !Int

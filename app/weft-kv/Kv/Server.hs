@@ -214,7 +214,7 @@ adopt env (sock, peer) = do
       c <- Conn sock peer fw color <$> newIORef newDecoder <*> pure counts
              <*> newIORef IntMap.empty <*> newOut <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
-             <*> newIORef []
+             <*> newIORef Nothing <*> newIORef []
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
@@ -264,8 +264,15 @@ readable env c = do
         Ended -> finish False
         Broken -> closeConn env c
     finish linger = do
-      writeIORef (connPhase c) (Finishing linger)
-      settle env c
+      -- A client whose input ends while it is blocked is gone, as redis
+      -- sees it: nothing would take the reply it waits for. (One that
+      -- broke the protocol after a blocking command gets its reply first.)
+      blocked <- readIORef (connBlocked c)
+      case blocked of
+        Just _ | not linger -> closeConn env c
+        _ -> do
+          writeIORef (connPhase c) (Finishing linger)
+          settle env c
 
 -- | Results back on the connection's color.
 resultsArrived :: Env -> Conn -> [Result] -> IO ()
@@ -278,6 +285,7 @@ resultsArrived env c results = do
         Whole s done -> placePiece c s done
         Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
         Then s next -> continuePlan env c s next
+        Wake s -> woken env c s
       settle env c
 
 -- | After any change: send what is due, close if finished, and read again
@@ -425,6 +433,7 @@ closeConn env c = do
     Closed -> return ()
     _ -> do
       writeIORef (connPhase c) Closed
+      abandonBlock env c
       outClear (connOut c)
       writeIORef (connEarly c) IntMap.empty
       forget env c

@@ -36,6 +36,7 @@ module Kv.Store
   , surveyColor
   , joinSurvey
   , occupiedColors
+  , storeWaiters
   , flushColor
   , expireDue
   ) where
@@ -59,11 +60,12 @@ import GHC.ForeignPtr (unsafeWithForeignPtr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
-import Kv.Deque (Deque, dequeFromList, dequeToList)
+import Kv.Deque (Deque, dequeFromList, dequeLength, dequeToList)
 import Kv.Key (Key, storedKey)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
+import Kv.Waiters
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -96,7 +98,7 @@ keyColor store = hashColor store . keyHash
 
 -- | The color of a key, given its hash ('keyHash').
 hashColor :: Store -> Int -> Int
-hashColor (Store _ mask) h = h .&. mask
+hashColor (Store _ mask _) h = h .&. mask
 {-# INLINE hashColor #-}
 
 -- | The hash of a key: a 64-bit FNV-style hash of its bytes, taken eight
@@ -337,12 +339,18 @@ data Survey
 
 -- | The keys, one table per key color, and the mask that folds a key's
 -- hash to its color.
-data Store = Store !(Array (Table Entry)) !Int
+-- | The colors' keys, the mask that picks a key's color from its hash,
+-- and the blocking commands' registrations on keys.
+data Store = Store !(Array (Table Entry)) !Int !Waiters
 
 -- | An empty store whose keys spread over the given number of colors: a
 -- power of two from 1 to 'colorCount' (checked by 'validKeyColors').
 newStore :: Int -> IO Store
-newStore n = (\tables -> Store tables (n - 1)) . arrayFromListN n <$> mapM (const newTable) [1 .. n]
+newStore n = Store <$> (arrayFromListN n <$> mapM (const newTable) [1 .. n]) <*> pure (n - 1) <*> newWaiters n
+
+-- | The blocking commands' registrations.
+storeWaiters :: Store -> Waiters
+storeWaiters (Store _ _ w) = w
 
 -- | Can a store spread its keys over this many colors?
 validKeyColors :: Int -> Bool
@@ -351,7 +359,7 @@ validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 -- | A hint that a key, given its hash, is about to be looked up (Note
 -- [Looking ahead] in "Kv.Table"). May run on any color.
 prefetchKey :: Store -> Int -> IO ()
-prefetchKey (Store tables mask) h = tablePrefetch (indexArray tables (h .&. mask)) h
+prefetchKey (Store tables mask _) h = tablePrefetch (indexArray tables (h .&. mask)) h
 {-# INLINE prefetchKey #-}
 
 -- | Load what the lookups of a color's batch will touch, given its work
@@ -360,7 +368,7 @@ prefetchKey (Store tables mask) h = tablePrefetch (indexArray tables (h .&. mask
 -- strings' bytes. A hash that repeats the one before it (a pipeline on
 -- one key) is passed over. On the color of every key given.
 lookAhead :: Store -> (w -> Int) -> [w] -> IO ()
-lookAhead (Store tables mask) hashOf works = do
+lookAhead (Store tables mask _) hashOf works = do
   each tablePrefetchCell
   each (\t i -> () <$ tablePrefetchEntry t i)
   each $ \t i -> do
@@ -394,7 +402,7 @@ lookAhead (Store tables mask) hashOf works = do
 -- so that a caller passes one function for every key, not a closure per
 -- operation.)
 runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> Int -> ByteString -> KeyOp -> IO Reply
-runKeyOp (Store tables mask) arm clocks h key op = do
+runKeyOp (Store tables mask waiters) arm clocks h key op = do
   let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
   if found < 0 then run t (-1) noKey Nothing Persistent 0 else do
@@ -434,6 +442,13 @@ runKeyOp (Store tables mask) arm clocks h key op = do
         ExpireAt deadline -> forM_ live $ \v -> do
           cancel expiry
           expireLater t arm now h i k key v deadline
+      -- A list under the key wakes commands blocked on it (Note [Blocked
+      -- commands] in "Kv.Batch").
+      case update of
+        Replace (VList l) -> wakeKey waiters (h .&. mask) key (dequeLength l)
+        Fresh (VList l) -> wakeKey waiters (h .&. mask) key (dequeLength l)
+        FreshUntil (VList l) _ -> wakeKey waiters (h .&. mask) key (dequeLength l)
+        _ -> return ()
       return reply
 
 -- | A reply as it leaves the key's color: a stored string in it is a copy
@@ -492,7 +507,7 @@ timerDelay now deadline = min timerHorizon (deadline - now) * 1000
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
 expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
-expireDue (Store tables mask) arm key armedFor = do
+expireDue (Store tables mask _) arm key armedFor = do
   let !h = keyHash key
       t = indexArray tables (h .&. mask)
   i <- tableFind t h key
@@ -513,7 +528,7 @@ expireDue (Store tables mask) arm key armedFor = do
 -- Must run as an event of that color; 'joinSurvey' puts the colors'
 -- parts together (Note [Store-wide commands] in "Kv.Batch").
 surveyColor :: Store -> Int -> Now -> Survey -> IO Reply
-surveyColor (Store tables _) color clocks op = case op of
+surveyColor (Store tables _ _) color clocks op = case op of
   CountKeys -> RInt <$> tableFold (\n _ e -> if live e then n + 1 else n) 0 t
   MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
   -- The color's count (expired keys not yet deleted among them), one of
@@ -548,7 +563,7 @@ joinSurvey RandomKey parts = case [ (n, k, r) | RArray [RInt n, RBulk k, RInt r]
 -- order. Runs on any color: it reads each table's count (Note [A color's
 -- table] in "Kv.Table").
 occupiedColors :: Store -> IO [Int]
-occupiedColors (Store tables _) = go 0 []
+occupiedColors (Store tables _ _) = go 0 []
   where
     go !i acc
       | i == sizeofArray tables = return acc
@@ -557,7 +572,7 @@ occupiedColors (Store tables _) = go 0 []
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
 flushColor :: Store -> Int -> IO ()
-flushColor (Store tables _) color = do
+flushColor (Store tables _ _) color = do
   let t = indexArray tables color
   timers <- tableFold (\acc _ e -> entryExpiry e : acc) [] t
   mapM_ cancel timers
