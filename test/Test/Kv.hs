@@ -1215,12 +1215,26 @@ serverSpec = do
       run a [["BLPOP", "bk:3", "0"], ["RPUSH", "bk:1", "p", "q", "r"], ["BRPOP", "bk:2", "bk:1", "0"], ["BLMPOP", "0", "1", "bk:1", "LEFT", "COUNT", "5"]]
         `shouldReturn` [RArray [bulk "bk:3", bulk "y"], RInt 3, RArray [bulk "bk:1", bulk "r"], RArray [bulk "bk:1", RArray [bulk "p", bulk "q"]]]
 
+  it "blocks BZPOPMIN, BZPOPMAX and BZMPOP until a sorted set is there" $ \addr ->
+    withClient addr $ \a -> withClient addr $ \b -> do
+      _ <- run b [["DEL", "bz:1", "bz:2"]]
+      sendRaw a (encodeCommand ["BZPOPMIN", "bz:1", "bz:2", "0"])
+      waitBlocked b 1
+      cmd b ["ZADD", "bz:2", "2", "m2", "1", "m1", "3", "m3"] `shouldReturn` RInt 3
+      replies a 1 `shouldReturn` [RArray [bulk "bz:2", bulk "m1", bulk "1"]]
+      waitBlocked b 0
+      run a [["BZPOPMAX", "bz:1", "bz:2", "0"], ["BZMPOP", "0", "2", "bz:1", "bz:2", "MIN", "COUNT", "5"], ["BZPOPMIN", "bz:2", "0.05"]]
+        `shouldReturn` [ RArray [bulk "bz:2", bulk "m3", bulk "3"], RArray [bulk "bz:2", RArray [RArray [bulk "m2", bulk "2"]]], RNilArray ]
+
   it "times blocking commands out with their empty replies, and counts blocked clients in INFO" $ \addr ->
     withClient addr $ \a -> withClient addr $ \b -> do
       sendRaw a (encodeCommand ["BLPOP", "bt:none", "0.3"])
       waitBlocked b 1
-      replies a 1 `shouldReturn` [RNilArray]
+      -- Its own later commands, sent after it blocked, wait for it.
+      sendRaw a (encodeCommand ["RPUSH", "bt:none", "x"])
+      replies a 2 `shouldReturn` [RNilArray, RInt 1]
       waitBlocked b 0
+      _ <- cmd a ["DEL", "bt:none"]
       run a [["BRPOPLPUSH", "bt:none", "bt:dst", "0.05"], ["BLMOVE", "bt:none", "bt:dst", "LEFT", "RIGHT", "0.05"], ["BLMPOP", "0.05", "2", "bt:none", "bt:x", "RIGHT"]]
         `shouldReturn` [RNil, RNil, RNilArray]
       run a [["BLPOP", "bt:none", "-1"], ["BLPOP", "bt:none", "x"], ["SET", "bt:s", "v"], ["BLPOP", "bt:none", "bt:s", "0"], ["BLMOVE", "bt:none", "bt:dst", "UP", "LEFT", "0"]]
@@ -1249,10 +1263,12 @@ serverSpec = do
         replies a1 1 `shouldReturn` [wrongType]
         replies a3 1 `shouldReturn` [bulk "three"]
         run b [["LLEN", "bw:q"], ["LRANGE", "bw:t2", "0", "-1"]] `shouldReturn` [RInt 0, RArray [bulk "three"]]
-      -- A client that closed while blocked takes nothing.
-      withClient addr $ \a4 -> do
+      -- A client that closed while blocked takes nothing, with commands
+      -- held behind the blocking one or not.
+      withClient addr $ \a4 -> withClient addr $ \a5 -> do
         sendRaw a4 (encodeCommand ["BLPOP", "bw:q", "0"])
-        waitBlocked b 1
+        sendRaw a5 (B.concat (map encodeCommand [["BLPOP", "bw:q", "0"], ["PING"], ["GET", "x"]]))
+        waitBlocked b 2
       waitBlocked b 0
       cmd b ["RPUSH", "bw:q", "four"] `shouldReturn` RInt 1
       cmd b ["LRANGE", "bw:q", "0", "-1"] `shouldReturn` RArray [bulk "four"]

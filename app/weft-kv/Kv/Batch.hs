@@ -72,8 +72,9 @@ soonArgs = 256
 -- one (SINTERSTORE, SMOVE: a 'Steps' plan), the next operations, which go
 -- out under the same number ('continuePlan'), and whose reply is the
 -- command's. Such a command holds the connection's later commands back
--- until it is done, like a store-wide one: a later command on the key it
--- writes must see the write, and would otherwise overtake it. Each
+-- until it is done, like a store-wide one, those in later reads too (a
+-- barrier in 'connHeld'): a later command on the key it writes must see
+-- the write, and would otherwise overtake it. Each
 -- key changes atomically, but the command as a whole does not: another
 -- client may see some keys of an MSET updated and others not yet, or the
 -- sources of an SINTERSTORE change between their reads and the write.
@@ -108,7 +109,7 @@ data Work
 -- dropped). A store-wide command that must wait holds the rest back in
 -- 'connHeld'.
 dispatch :: Env -> Conn -> Held -> IO Bool
-dispatch env c (Held blocks0 i0 malformed) = do
+dispatch env c (Held blocks0 i0 malformed _) = do
   (ended, groups) <- go (0 :: Int) blocks0 i0 NoWork
   let large = windowArgs blocks0 i0 >= soonArgs
   startGroups env c (if large then hCommandSoon else hCommand) groups
@@ -124,7 +125,7 @@ dispatch env c (Held blocks0 i0 malformed) = do
     go k blocks i !groups
       -- The rest waits until this window's replies are out (Note
       -- [Back-pressure on large replies] in "Kv.Conn").
-      | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed)
+      | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
     go k blocks@(cs : more) i !groups = case plan cs i of
       Surveying op -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
@@ -164,8 +165,9 @@ dispatch env c (Held blocks0 i0 malformed) = do
         j = nextCommand cs i
         onward g | j >= commandsEnd cs = go (k + 1) more 0 g
                  | otherwise = go (k + 1) blocks j g
-        heldAfter | j >= commandsEnd cs = Held more 0 malformed
-                  | otherwise = Held blocks j malformed
+        -- Behind a barrier: what comes later waits too.
+        heldAfter | j >= commandsEnd cs = Held more 0 malformed True
+                  | otherwise = Held blocks j malformed True
         -- A store-wide command runs once every command before it has run
         -- (nothing outstanding, nothing posted in this batch); until then
         -- it and the rest wait in 'connHeld' (Note [Store-wide commands]).
@@ -173,7 +175,7 @@ dispatch env c (Held blocks0 i0 malformed) = do
           outstanding <- outstandingCount c
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
-            else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed)
+            else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
 
 -- | The arguments (names included) of the commands a dispatch starts from
 -- the command at an index of the first 'Commands' on, counted as far as
@@ -396,7 +398,8 @@ armExpiry env key deadline us = do
 -- Note [Blocked commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~
 -- BLPOP, BRPOP, BLMPOP, BLMOVE and BRPOPLPUSH wait, up to their timeout,
--- for one of their keys to hold a list. Such a command ('Blocking') takes
+-- for one of their keys to hold a list (BZPOPMIN, BZPOPMAX and BZMPOP, a
+-- sorted set; what is said of lists here holds for them). Such a command ('Blocking') takes
 -- its sequence number and holds the connection's later commands back
 -- until it is answered, as a multi-key command does. It runs as attempts:
 -- its non-blocking form, a plan over its keys' colors that ends in
@@ -422,9 +425,11 @@ armExpiry env key deadline us = do
 -- timer cancelled; if it took no element, its keys' lists are announced
 -- again, so that an element it was woken for and left (its destination
 -- was of another type, or it timed out or closed first) wakes the next.
--- A client whose input ends while it is blocked is closed, as redis
--- closes it; one that waits is not idle (its idle timeout is lifted
--- while it is registered).
+-- A blocked client is read on (while what it sent after the blocking
+-- command spans few reads, which are held), so that its close is seen:
+-- one whose input ends while it is blocked is closed, as redis closes it,
+-- and takes nothing. One that waits is not idle (its idle timeout is
+-- lifted while it is registered).
 --
 -- Unlike redis, which serves a blocked client inside the pushing command,
 -- a woken command pops in its own attempt, after the push has been
@@ -518,7 +523,8 @@ endBlock env c blk took = do
     unless took $ continuePlan env c (blkSeq blk) (Steps [ (k, announce) | k <- blkKeys blk ] (const Park))
   where
     announce _ _ v = case v of
-      Just (VList l) -> Outcome (Replace (VList l)) RNil
+      Just x@(VList _) -> Outcome (Replace x) RNil
+      Just x@(VZSet _) -> Outcome (Replace x) RNil
       _ -> Outcome Keep RNil
 
 -- | The connection closes: a command blocked on it is done.

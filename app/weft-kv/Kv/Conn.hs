@@ -143,20 +143,25 @@ outstandingCount c = (-) <$> getCount c seqCount <*> getCount c nextCount
 -- 'Commands' on (Note [Commands as views] in "Kv.Request"), and the
 -- protocol error that ended the input after them, if any. The index is
 -- that of a command of the first 'Commands', and 0 when there is none.
-data Held = Held [Commands] !Int !(Maybe ByteString)
+--
+-- The last field marks a barrier: a command before them (a multi-key or
+-- blocking one, Note [Multi-key commands] and Note [Blocked commands] in
+-- "Kv.Batch") must be answered before they run, so commands read later
+-- join them rather than run at once, even when none are held yet.
+data Held = Held [Commands] !Int !(Maybe ByteString) !Bool
 
 noneHeld :: Held
-noneHeld = Held [] 0 Nothing
+noneHeld = Held [] 0 Nothing False
 
 -- | Is anything held?
 holding :: Held -> Bool
-holding (Held cmds _ malformed) = not (null cmds) || isJust malformed
+holding (Held cmds _ malformed barrier) = barrier || not (null cmds) || isJust malformed
 
 -- | What was held, then what came after it (from its start).
 andThen :: Held -> Held -> Held
-andThen (Held cmds i _) (Held more _ malformed)
-  | null cmds = Held more 0 malformed
-  | otherwise = Held (cmds ++ more) i malformed
+andThen (Held cmds i _ barrier) (Held more _ malformed _)
+  | null cmds = Held more 0 malformed barrier
+  | otherwise = Held (cmds ++ more) i malformed barrier
 
 -- | A blocking command under way on its connection's color (Note
 -- [Blocked commands] in "Kv.Batch").

@@ -24,7 +24,6 @@ import Foreign.Ptr (plusPtr)
 
 import Kv.Deque
 import Kv.Plan
-import Kv.Text (readDouble)
 import Kv.Resp
 import Kv.Store
 
@@ -352,17 +351,6 @@ popAttempt ks fromHead count done none = Steps [ (k, listProbe) | k <- ks ] pick
 
 ------------------------------------------------------------------------------
 -- Blocking forms (Note [Blocked commands] in "Kv.Batch")
-
--- | A blocking command's timeout, in seconds as redis reads it (a float,
--- truncated to milliseconds; 0 waits for ever), for the plan.
-withTimeout :: ByteString -> (Int -> Plan) -> Plan
-withTimeout t k = case readDouble t of
-  Nothing -> Answer (RError "ERR timeout is not a float or out of range")
-  Just d
-    | isInfinite d || d * 1000 >= 4.0e18 -> Answer (RError "ERR timeout is out of range")
-    | ms < 0 -> Answer (RError "ERR timeout is negative")
-    | otherwise -> k ms
-    where ms = truncate (d * 1000) :: Int
 
 -- | BLPOP / BRPOP key [key ...] timeout. The keys are copied: the command
 -- may outlive the read it came in.

@@ -16,6 +16,7 @@ module Kv.Plan
   , upper
   , withInt
   , withCount
+  , withTimeout
     -- * Collections
   , sizeOp
   , removeFrom
@@ -38,6 +39,7 @@ import Data.Word (Word64)
 
 import Kv.Resp
 import Kv.Store
+import Kv.Text (readDouble)
 
 -- | How a command is carried out.
 data Plan
@@ -114,6 +116,17 @@ withCount :: ByteString -> (Int -> Plan) -> Plan
 withCount s k = case readInteger s of
   Just n | n >= 0 -> k n
   _ -> Answer (RError "ERR value is out of range, must be positive")
+
+-- | A blocking command's timeout, in seconds as redis reads it (a float,
+-- truncated to milliseconds; 0 waits for ever), for the plan.
+withTimeout :: ByteString -> (Int -> Plan) -> Plan
+withTimeout t k = case readDouble t of
+  Nothing -> Answer (RError "ERR timeout is not a float or out of range")
+  Just d
+    | isInfinite d || d * 1000 >= 4.0e18 -> Answer (RError "ERR timeout is out of range")
+    | ms < 0 -> Answer (RError "ERR timeout is negative")
+    | otherwise -> k ms
+    where ms = truncate (d * 1000) :: Int
 
 -- | LLEN, SCARD, HLEN, ZCARD: the collection's size (given by @size@ for
 -- the right type), 0 for a missing key, WRONGTYPE for another type.

@@ -24,6 +24,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
+import Data.Maybe (isJust)
 import Data.Primitive.PrimArray (newPrimArray, setPrimArray)
 import System.IO (hPutStrLn, stderr)
 import Foreign.C.Types (CInt)
@@ -245,7 +246,7 @@ readable env c = do
         Got bs -> do
           dec <- readIORef (connDecoder c)
           let Decoded cmds next = feed (envLimits env) dec bs
-              new = Held cmds 0 (either (\(ProtocolError msg) -> Just msg) (const Nothing) next)
+              new = Held cmds 0 (either (\(ProtocolError msg) -> Just msg) (const Nothing) next) False
           held <- readIORef (connHeld c)
           ended <- if holding held then False <$ writeIORef (connHeld c) (held `andThen` new)
                    else dispatch env c new
@@ -312,10 +313,22 @@ settle env c = do
           dropClient env c ("over the output limit of " ++ show (envOutputLimit env) ++ " bytes of waiting replies")
     Open -> do
       reading <- readIORef (connReading c)
-      when (not reading && not held && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
+      -- A blocked client is read on while what it sent after the blocking
+      -- command stays small, so that its close is seen, as redis sees it
+      -- (Note [Blocked commands] in "Kv.Batch").
+      readOn <- if not held then return True else do
+        blocked <- readIORef (connBlocked c)
+        Held cmds _ malformed _ <- readIORef (connHeld c)
+        return (isJust blocked && null (drop heldReadsWhileBlocked cmds) && malformed == Nothing)
+      when (not reading && readOn && outstanding < maxInFlight && size' < maxOutBytes) (armRead env c)
     Finishing linger | outstanding == 0 && not held && size' == 0 && not writing' ->
       if linger then startLinger env c else closeConn env c
     _ -> return ()
+
+-- | The most reads a blocked client's held commands may span before its
+-- reads pause.
+heldReadsWhileBlocked :: Int
+heldReadsWhileBlocked = 16
 
 -- | Dispatch the commands held behind a survey or a dispatch window once
 -- nothing is outstanding and the waiting replies are below 'maxOutBytes'

@@ -148,6 +148,10 @@ data Value
 -- order.
 data ZSet = ZSet !(Map.Map ByteString Double) !(Set.Set (Double, ByteString))
 
+-- | How many members a sorted set has.
+zsetSize :: ZSet -> Int
+zsetSize (ZSet scores _) = Map.size scores
+
 emptyZSet :: ZSet
 emptyZSet = ZSet Map.empty Set.empty
 
@@ -442,12 +446,15 @@ runKeyOp (Store tables mask waiters) arm clocks h key op = do
         ExpireAt deadline -> forM_ live $ \v -> do
           cancel expiry
           expireLater t arm now h i k key v deadline
-      -- A list under the key wakes commands blocked on it (Note [Blocked
-      -- commands] in "Kv.Batch").
+      -- A list or sorted set under the key wakes commands blocked on it
+      -- (Note [Blocked commands] in "Kv.Batch").
       case update of
         Replace (VList l) -> wakeKey waiters (h .&. mask) key (dequeLength l)
         Fresh (VList l) -> wakeKey waiters (h .&. mask) key (dequeLength l)
         FreshUntil (VList l) _ -> wakeKey waiters (h .&. mask) key (dequeLength l)
+        Replace (VZSet z) -> wakeKey waiters (h .&. mask) key (zsetSize z)
+        Fresh (VZSet z) -> wakeKey waiters (h .&. mask) key (zsetSize z)
+        FreshUntil (VZSet z) _ -> wakeKey waiters (h .&. mask) key (zsetSize z)
         _ -> return ()
       return reply
 

@@ -1,7 +1,7 @@
 {-# LANGUAGE BangPatterns #-}
--- | The blocking commands' registrations on keys (BLPOP and the other
--- blocking list commands): who waits for a key to hold a list, and how
--- to wake it (Note [Blocked commands] in "Kv.Batch").
+-- | The blocking commands' registrations on keys (BLPOP, BZPOPMIN and
+-- the other blocking pops): who waits for a key to hold a list or a
+-- sorted set, and how to wake it (Note [Blocked commands] in "Kv.Batch").
 module Kv.Waiters
   ( Waiters
   , newWaiters
@@ -63,10 +63,10 @@ removeWaker (Waiters maps _) color key st =
       [] -> Nothing
       ws' -> Just ws'
 
--- | A write left a list of the given length under a key: wake as many of
--- its waiting commands as it has elements, in the order they came (a
--- command already woken and not yet back counts as one). Runs on the
--- key's color, after the write.
+-- | A write left a list (or sorted set) of the given length under a key:
+-- wake as many of its waiting commands as it has elements, in the order
+-- they came (a command already woken and not yet back counts as one).
+-- Runs on the key's color, after the write.
 wakeKey :: Waiters -> Int -> ByteString -> Int -> IO ()
 wakeKey (Waiters maps _) color key len = do
   m <- readIORef (indexArray maps color)

@@ -61,6 +61,9 @@ zsetCommands =
   , ("ZINTERCARD", (AtLeast 2, combineCommand "ZINTERCARD" Inter Counting))
   , ("ZRANGESTORE", (AtLeast 4, zrangestoreCommand))
   , ("ZMPOP", (AtLeast 3, zmpopCommand))
+  , ("BZPOPMIN", (AtLeast 2, bzpopCommand False))
+  , ("BZPOPMAX", (AtLeast 2, bzpopCommand True))
+  , ("BZMPOP", (AtLeast 4, \(t : rest) -> withTimeout t (\ms -> zmpopArgs rest (bzmpop ms))))
   ]
 
 -- | What ZADD's options ask for.
@@ -399,7 +402,12 @@ zrangestoreCommand _ = Answer syntaxError
 -- then the chosen one popped; should it have gone in between, the keys
 -- after it are looked at again.
 zmpopCommand :: [ByteString] -> Plan
-zmpopCommand (nk : rest) = case readInteger nk of
+zmpopCommand args = zmpopArgs args $ \top count ks -> zpopAttempt top count ks (uncurry nestedReply) Answer (Answer RNilArray)
+
+-- | ZMPOP's arguments, checked as redis checks them: the end, the count
+-- and the keys, for the plan.
+zmpopArgs :: [ByteString] -> (Bool -> Int -> [ByteString] -> Plan) -> Plan
+zmpopArgs (nk : rest) go = case readInteger nk of
   Just n | n >= 1 -> case drop n rest of
     end : opts | Just top <- side (upper end) -> case opts of
       [] -> go top 1 (take n rest)
@@ -411,20 +419,46 @@ zmpopCommand (nk : rest) = case readInteger nk of
   _ -> Answer (RError "ERR numkeys should be greater than 0")
   where
     side w = case w of "MIN" -> Just False; "MAX" -> Just True; _ -> Nothing
-    go _ _ [] = Answer RNilArray
-    go top count ks = Steps [ (k, present) | k <- ks ] $ \parts ->
+zmpopArgs [] _ = Answer syntaxError
+
+-- | Pop from the first of the keys that exists, ending in @done@ with the
+-- reply @shape@ makes of the popped members and scores (flat) and the
+-- key, or a type error; or in @none@ when no key exists.
+zpopAttempt :: Bool -> Int -> [ByteString] -> (([Reply], ByteString) -> Reply) -> (Reply -> Plan) -> Plan -> Plan
+zpopAttempt top count ks0 shape done none = go ks0
+  where
+    go [] = none
+    go ks = Steps [ (k, present) | k <- ks ] $ \parts ->
       case dropWhile ((== RNil) . snd) (zip ks parts) of
-        [] -> Answer RNilArray
-        (_, e@(RError _)) : _ -> Answer e
+        [] -> none
+        (_, e@(RError _)) : _ -> done e
         (k, _) : after -> Steps [(k, zpopOp top count)] $ \popped -> case popped of
-          [RArray []] -> go top count (map fst after)
-          [RArray flat] -> Answer (RArray [RBulk k, RArray (nested flat)])
-          [r] -> Answer r
-          _ -> Answer syntaxError
+          [RArray []] -> go (map fst after)
+          [RArray flat] -> done (shape (flat, k))
+          [r] -> done r
+          _ -> done syntaxError
     present _ _ v = Outcome Keep $ case v of
       Nothing -> RNil
       Just (VZSet _) -> RInt 1
       Just _ -> wrongType
-    nested (m : s : more) = RArray [m, s] : nested more
+
+-- | ZMPOP's reply: the key, and each member with its score.
+nestedReply :: [Reply] -> ByteString -> Reply
+nestedReply flat k = RArray [RBulk k, RArray (nested flat)]
+  where
+    nested (m : sc : more) = RArray [m, sc] : nested more
     nested _ = []
-zmpopCommand [] = Answer syntaxError
+
+-- | BZPOPMIN / BZPOPMAX key [key ...] timeout: the key, the member and its
+-- score, once one of the keys holds a sorted set (Note [Blocked commands]
+-- in "Kv.Batch"). The keys are copied: the command may outlive its read.
+bzpopCommand :: Bool -> [ByteString] -> Plan
+bzpopCommand top args = withTimeout (last args) $ \ms ->
+  let ks = map B.copy (init args)
+  in Blocking (Block ks (zpopAttempt top 1 ks (\(flat, k) -> RArray (RBulk k : flat)) Unblock Park) RNilArray ms)
+
+-- | BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count].
+bzmpop :: Int -> Bool -> Int -> [ByteString] -> Plan
+bzmpop ms top count ks0 =
+  let ks = map B.copy ks0
+  in Blocking (Block ks (zpopAttempt top count ks (uncurry nestedReply) Unblock Park) RNilArray ms)
