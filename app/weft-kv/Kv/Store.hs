@@ -55,8 +55,8 @@ import Foreign.Ptr (Ptr, plusPtr)
 import Foreign.Storable (peekByteOff)
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Float (castDoubleToWord64, castWord64ToDouble)
-import System.IO.Unsafe (unsafePerformIO)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
+import System.IO.Unsafe (unsafePerformIO)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
@@ -341,10 +341,8 @@ data Survey
 ------------------------------------------------------------------------------
 -- The store
 
--- | The keys, one table per key color, and the mask that folds a key's
--- hash to its color.
--- | The colors' keys, the mask that picks a key's color from its hash,
--- and the blocking commands' registrations on keys.
+-- | The keys, one table per key color; the mask that folds a key's hash
+-- to its color; and the blocking commands' registrations on keys.
 data Store = Store !(Array (Table Entry)) !Int !Waiters
 
 -- | An empty store whose keys spread over the given number of colors: a
