@@ -13,8 +13,10 @@ import Control.Monad
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as BC
 import Data.IORef
-import Data.List (isPrefixOf, sort)
-import Data.Maybe (isNothing, mapMaybe)
+import Data.List (isPrefixOf, sort, stripPrefix)
+import Data.Maybe (isNothing, listToMaybe, mapMaybe)
+import Numeric (readHex)
+import Text.Read (readMaybe)
 import Foreign.C.Error (Errno (..), eINVAL, eNODATA)
 import GHC.Clock (getMonotonicTime)
 import GHC.IO.Exception (IOErrorType (..), IOException (..))
@@ -515,7 +517,10 @@ weftOnly ghcEpolls path = do
         return c
       threadDelay 100000
       registered <- concat <$> mapM epollTargets ghcEpolls
-      sockets <- length <$> filterM isSocket registered
+      -- Only this server's connections: a socket of an earlier test's
+      -- server may still be closing in GHC's manager.
+      ours <- connectionInodes port
+      sockets <- length <$> filterM (fmap (maybe False (`elem` ours)) . socketInode) registered
       events1 <- weftEvents
       mapM_ closeConn conns
       return (sockets, events1 > events0)
@@ -564,8 +569,25 @@ epollTargets ep = do
       ("tfd:" : n : _) -> Just (read n)
       _ -> Nothing
 
-isSocket :: Int -> IO Bool
-isSocket fd = ("socket:" `isPrefixOf`) <$> linkOf fd
+-- | The inode of the socket an fd of this process is, if it is one.
+socketInode :: Int -> IO (Maybe Int)
+socketInode fd = do
+  l <- linkOf fd
+  return $ case stripPrefix "socket:[" l of
+    Just rest -> readMaybe (takeWhile (/= ']') rest)
+    Nothing -> Nothing
+
+-- | The inodes of the IPv4 TCP sockets whose local port is this one (a
+-- server's listener and accepted connections), from /proc/net/tcp.
+connectionInodes :: Int -> IO [Int]
+connectionInodes port = do
+  table <- readFileStrict "/proc/self/net/tcp"
+  return [ n | l <- drop 1 (lines table), (_ : local : _ : _ : _ : _ : _ : _ : _ : inode : _) <- [words l]
+                           , Just p <- [localPort local], p == port, Just n <- [readMaybe inode] ]
+  where
+    localPort a = case break (== ':') a of
+      (_, ':' : hex) -> fst <$> listToMaybe (readHex hex)
+      _ -> Nothing
 
 linkOf :: Int -> IO String
 linkOf fd = readSymbolicLink ("/proc/self/fd/" ++ show fd) `catch` \(_ :: IOException) -> return ""
