@@ -442,7 +442,7 @@ armExpiry env key deadline us = do
 startBlock :: Env -> Conn -> Int -> Block -> Groups -> IO Groups
 startBlock env c s b groups = do
   st <- newIORef wWaiting
-  writeIORef (connBlocked c) (Just (Blocked s b st False True False Nothing []))
+  writeIORef (connBlocked c) (Just (Blocked s b st False True False Nothing))
   keyWork env c s (blockAttempt b) groups
 
 -- | The blocking command with this number, if it is the connection's.
@@ -466,9 +466,8 @@ parked env c s = withBlocked c s $ \blk0 -> do
       waiters = storeWaiters store
   if blkExpired blk then endBlock env c blk False >> place c s (blockEmpty b)
   else if not (blkRegistered blk) then do
-    let keys = map B.copy (dedupe (blockKeys b))
-        wake = deliver env c [Wake s]
-    forM_ keys $ \k -> addWaker waiters (keyColor store k) k (Waker (blkState blk) wake)
+    let wake = deliver env c [Wake s]
+    forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (Waker (blkState blk) wake)
     countBlocked waiters 1
     -- A blocked client is not idle, as in redis (--timeout).
     when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
@@ -476,14 +475,12 @@ parked env c s = withBlocked c s $ \blk0 -> do
       mgr <- getSystemTimerManager
       Just <$> registerTimeout mgr (blockTimeout b * 1000)
         (deliver env c [Then s Expire] `catch` \RuntimeClosed -> return ())
-    attemptAgain env c blk { blkRegistered = True, blkTimer = timer, blkKeys = keys }
+    attemptAgain env c blk { blkRegistered = True, blkTimer = timer }
   else do
     st <- readIORef (blkState blk)
     if st == wWoken
       then writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
       else writeIORef (connBlocked c) (Just blk)
-  where
-    dedupe = foldr (\k ks -> if k `elem` ks then ks else k : ks) []
 
 -- | A write woke the command: attempt again, unless an attempt is under
 -- way (its park will see the wake).
@@ -515,13 +512,14 @@ endBlock env c blk took = do
   mapM_ cancelTimeout (blkTimer blk)
   when (blkRegistered blk) $ do
     let store = envStore env
-    forM_ (blkKeys blk) $ \k -> removeWaker (storeWaiters store) (keyColor store k) k (blkState blk)
+    forM_ keys $ \k -> removeWaker (storeWaiters store) (keyColor store k) k (blkState blk)
     countBlocked (storeWaiters store) (-1)
     when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) (fst (envTimeout env))
     -- Under the command's number, answered already: the 'Park' it ends in
     -- finds no blocked command and does nothing.
-    unless took $ continuePlan env c (blkSeq blk) (Steps [ (k, announce) | k <- blkKeys blk ] (const Park))
+    unless took $ continuePlan env c (blkSeq blk) (Steps [ (k, announce) | k <- keys ] (const Park))
   where
+    keys = blockKeys (blkBlock blk)
     announce _ _ v = case v of
       Just x@(VList _) -> Outcome (Replace x) RNil
       Just x@(VZSet _) -> Outcome (Replace x) RNil

@@ -177,8 +177,6 @@ data Blocked = Blocked
   , blkExpired :: !Bool
     -- ^ Its time ran out during an attempt.
   , blkTimer :: !(Maybe TimeoutKey)
-  , blkKeys :: [ByteString]
-    -- ^ The keys it is registered on (copies).
   }
 
 -- | A reply waiting for its turn.

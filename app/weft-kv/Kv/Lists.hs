@@ -357,13 +357,13 @@ popAttempt ks fromHead count done none = Steps [ (k, listProbe) | k <- ks ] pick
 bpopCommand :: Bool -> [ByteString] -> Plan
 bpopCommand fromHead args = withTimeout (last args) $ \ms ->
   let ks = map B.copy (init args)
-  in Blocking (Block ks (popAttempt ks fromHead Nothing Unblock Park) RNilArray ms)
+  in Blocking (Block (L.nub ks) (popAttempt ks fromHead Nothing Unblock Park) RNilArray ms)
 
 -- | BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count].
 blmpop :: [ByteString] -> Int -> Plan
 blmpop args ms = lmpopArgs args $ \ks0 fromHead count ->
   let ks = map B.copy ks0
-  in Blocking (Block ks (popAttempt ks fromHead (Just count) Unblock Park) RNilArray ms)
+  in Blocking (Block (L.nub ks) (popAttempt ks fromHead (Just count) Unblock Park) RNilArray ms)
 
 -- | BLMOVE / BRPOPLPUSH: LMOVE that waits for the source.
 blmove :: ByteString -> ByteString -> Bool -> Bool -> Int -> Plan

@@ -73,9 +73,10 @@ data Plan
   | Expire
     -- ^ A blocking command's time is up.
 
--- | A blocking command: the keys whose lists wake it, its attempt (a plan
--- that ends in 'Park' or 'Unblock'), its reply when its time is up, and
--- its timeout in milliseconds (0: none).
+-- | A blocking command: the keys whose lists wake it (its own copies,
+-- each once: the command may outlive the read it came in), its attempt
+-- (a plan that ends in 'Park' or 'Unblock'), its reply when its time is
+-- up, and its timeout in milliseconds (0: none).
 data Block = Block
   { blockKeys :: [ByteString]
   , blockAttempt :: Plan

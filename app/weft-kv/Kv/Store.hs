@@ -419,6 +419,10 @@ runKeyOp (Store tables mask waiters) arm clocks h key op = do
       Persistent -> run t found k (Just v) Persistent 0
   where
     now = nowMono clocks
+    wakeFor v = case v of
+      VList l -> wakeKey waiters (h .&. mask) key (dequeLength l)
+      VZSet z -> wakeKey waiters (h .&. mask) key (zsetSize z)
+      _ -> return ()
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
     -- none), its live value, expiry and deadline (0 if none).
     run t i k live expiry deadlineOf = do
@@ -447,12 +451,9 @@ runKeyOp (Store tables mask waiters) arm clocks h key op = do
       -- A list or sorted set under the key wakes commands blocked on it
       -- (Note [Blocked commands] in "Kv.Batch").
       case update of
-        Replace (VList l) -> wakeKey waiters (h .&. mask) key (dequeLength l)
-        Fresh (VList l) -> wakeKey waiters (h .&. mask) key (dequeLength l)
-        FreshUntil (VList l) _ -> wakeKey waiters (h .&. mask) key (dequeLength l)
-        Replace (VZSet z) -> wakeKey waiters (h .&. mask) key (zsetSize z)
-        Fresh (VZSet z) -> wakeKey waiters (h .&. mask) key (zsetSize z)
-        FreshUntil (VZSet z) _ -> wakeKey waiters (h .&. mask) key (zsetSize z)
+        Replace v -> wakeFor v
+        Fresh v -> wakeFor v
+        FreshUntil v _ -> wakeFor v
         _ -> return ()
       return reply
 

@@ -13,7 +13,7 @@ module Kv.ZSets
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as Map
-import Data.List (sortOn)
+import Data.List (nub, sortOn)
 import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
 
@@ -455,10 +455,10 @@ nestedReply flat k = RArray [RBulk k, RArray (nested flat)]
 bzpopCommand :: Bool -> [ByteString] -> Plan
 bzpopCommand top args = withTimeout (last args) $ \ms ->
   let ks = map B.copy (init args)
-  in Blocking (Block ks (zpopAttempt top 1 ks (\(flat, k) -> RArray (RBulk k : flat)) Unblock Park) RNilArray ms)
+  in Blocking (Block (nub ks) (zpopAttempt top 1 ks (\(flat, k) -> RArray (RBulk k : flat)) Unblock Park) RNilArray ms)
 
 -- | BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count].
 bzmpop :: Int -> Bool -> Int -> [ByteString] -> Plan
 bzmpop ms top count ks0 =
   let ks = map B.copy ks0
-  in Blocking (Block ks (zpopAttempt top count ks (uncurry nestedReply) Unblock Park) RNilArray ms)
+  in Blocking (Block (nub ks) (zpopAttempt top count ks (uncurry nestedReply) Unblock Park) RNilArray ms)
