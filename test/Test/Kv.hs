@@ -1273,6 +1273,51 @@ serverSpec = do
       cmd b ["RPUSH", "bw:q", "four"] `shouldReturn` RInt 1
       cmd b ["LRANGE", "bw:q", "0", "-1"] `shouldReturn` RArray [bulk "four"]
 
+  it "serves a blocked client the element it was woken for, before a blocking command that comes with the push" $ \addr ->
+    withClient addr $ \b -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
+      _ <- cmd b ["DEL", "bo:q"]
+      forM_ [1 .. 40 :: Int] $ \i -> do
+        let x = C.pack ("x" ++ show i); y = C.pack ("y" ++ show i)
+        sendRaw a1 (encodeCommand ["BLPOP", "bo:q", "0"])
+        waitBlocked b 1
+        -- The push and a second client's BLPOP, at once: the element is
+        -- the first client's, which blocked first.
+        sendRaw b (encodeCommand ["RPUSH", "bo:q", x])
+        sendRaw a2 (encodeCommand ["BLPOP", "bo:q", "0"])
+        replies b 1 `shouldReturn` [RInt 1]
+        replies a1 1 `shouldReturn` [RArray [bulk "bo:q", bulk x]]
+        waitBlocked b 1
+        cmd b ["RPUSH", "bo:q", y] `shouldReturn` RInt 1
+        replies a2 1 `shouldReturn` [RArray [bulk "bo:q", bulk y]]
+        waitBlocked b 0
+
+  it "serves two blocked clients from one push of two elements, in the order they blocked" $ \addr ->
+    withClient addr $ \b -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
+      _ <- cmd b ["DEL", "b2:q"]
+      forM_ [1 .. 40 :: Int] $ \i -> do
+        let x = C.pack ("x" ++ show i); y = C.pack ("y" ++ show i)
+        sendRaw a1 (encodeCommand ["BLPOP", "b2:q", "0"])
+        waitBlocked b 1
+        sendRaw a2 (encodeCommand ["BLPOP", "b2:q", "0"])
+        waitBlocked b 2
+        cmd b ["RPUSH", "b2:q", x, y] `shouldReturn` RInt 2
+        within 3 "the first client's element" (replies a1 1) `shouldReturn` [RArray [bulk "b2:q", bulk x]]
+        within 3 "the second client's element" (replies a2 1) `shouldReturn` [RArray [bulk "b2:q", bulk y]]
+        waitBlocked b 0
+
+  it "passes on an element a blocked BRPOPLPUSH cannot move, to the client blocked after it, pushed with no pause" $ \addr ->
+    withClient addr $ \b -> forM_ [1 .. 40 :: Int] $ \_ -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
+      _ <- run b [["DEL", "bm:q", "bm:t1", "bm:t2"], ["SET", "bm:t1", "nolist"]]
+      -- As redis's own test sends them: no wait between the three.
+      sendRaw a1 (encodeCommand ["BRPOPLPUSH", "bm:q", "bm:t1", "0"])
+      threadDelay 1000
+      sendRaw a2 (encodeCommand ["BRPOPLPUSH", "bm:q", "bm:t2", "0"])
+      sendRaw b (encodeCommand ["LPUSH", "bm:q", "foo"])
+      replies b 1 `shouldReturn` [RInt 1]
+      within 3 "the first client's WRONGTYPE" (replies a1 1) `shouldReturn` [wrongType]
+      within 3 "the second client's element" (replies a2 1) `shouldReturn` [bulk "foo"]
+      cmd b ["LRANGE", "bm:t2", "0", "-1"] `shouldReturn` RArray [bulk "foo"]
+
   it "expires keys with EXPIRE and PEXPIRE on weft timers" $ \addr -> withClient addr $ \c -> do
     run c [ ["SET", "e1", "v"], ["EXPIRE", "e1", "1"], ["TTL", "e1"], ["EXPIRE", "nokey", "1"]
           , ["SET", "e2", "v"], ["PEXPIRE", "e2", "60"], ["SET", "e3", "v", "PX", "60"]

@@ -411,20 +411,30 @@ armExpiry env key deadline us = do
 -- that came between the first attempt and the registrations is seen by
 -- the second attempt, and one after them finds the registration.
 --
--- A write that leaves a list under a key (any command, on the key's
--- color: 'runKeyOp' checks the color's registrations, one read when
--- nobody waits) wakes as many of the key's waiting commands as the list
--- has elements, in the order they registered: each woken command's state
--- turns from waiting to woken, and its connection's color gets a 'Wake'
--- and attempts again. The command that pops is the one whose attempt
--- comes first; one that finds the list taken parks again, still
--- registered in its place. A wake during an attempt is seen when the
+-- Blocking commands are served in the order they started (their
+-- tickets, 'takeTicket'), one at a time per key, as redis serves them
+-- in the order they blocked. A write that leaves a list under a key (any
+-- command, on the key's color: 'runKeyOp' checks the color's
+-- registrations, one read when nobody waits) wakes the first of the
+-- key's commands in line (the earliest ticket not done): its state turns
+-- from waiting to woken, and its connection's color gets a 'Wake' and
+-- attempts again. An attempt pops only from the keys where its command
+-- is first in line ('firstInLine', read as the attempt starts), and
+-- parks if there is nothing there, still registered in its place; so a
+-- command that has just started does not take the element the one in
+-- line was woken for, and two commands woken one after the other take
+-- the elements in their order. A wake during an attempt is seen when the
 -- attempt parks. The timeout ('Expire') answers the empty reply when the
 -- command is parked, or when its attempt parks. Once answered, timed out
 -- or closed, the command is done: its registrations are removed and its
--- timer cancelled; if it took no element, its keys' lists are announced
--- again, so that an element it was woken for and left (its destination
--- was of another type, or it timed out or closed first) wakes the next.
+-- timer cancelled, and its keys' lists are announced again, which wakes
+-- the next in line for what is left. Each command in line either pops,
+-- or is done, or waits on a key with nothing in it, so the line moves.
+--
+-- The order is the tickets', which follow the order in which the
+-- commands' connections were read; commands on two connections sent at
+-- nearly the same time may take their tickets in either order.
+--
 -- A blocked client is read on (while what it sent after the blocking
 -- command spans few reads, which are held), so that its close is seen:
 -- one whose input ends while it is blocked is closed, as redis closes it,
@@ -442,8 +452,11 @@ armExpiry env key deadline us = do
 startBlock :: Env -> Conn -> Int -> Block -> Groups -> IO Groups
 startBlock env c s b groups = do
   st <- newIORef wWaiting
-  writeIORef (connBlocked c) (Just (Blocked s b st False True False Nothing))
-  keyWork env c s (blockAttempt b) groups
+  ticket <- takeTicket (storeWaiters (envStore env))
+  let blk = Blocked s b ticket st False True False Nothing
+  writeIORef (connBlocked c) (Just blk)
+  attempt <- attemptPlan env blk
+  keyWork env c s attempt groups
 
 -- | The blocking command with this number, if it is the connection's.
 withBlocked :: Conn -> Int -> (Blocked -> IO ()) -> IO ()
@@ -455,7 +468,16 @@ withBlocked c s k = readIORef (connBlocked c) >>= \m -> case m of
 attemptAgain :: Env -> Conn -> Blocked -> IO ()
 attemptAgain env c blk = do
   writeIORef (connBlocked c) (Just blk { blkAttempting = True })
-  continuePlan env c (blkSeq blk) (blockAttempt (blkBlock blk))
+  attemptPlan env blk >>= continuePlan env c (blkSeq blk)
+
+-- | The command's attempt, which pops only from the keys where it is
+-- first in line.
+attemptPlan :: Env -> Blocked -> IO Plan
+attemptPlan env blk = do
+  let store = envStore env
+      keys = blockKeys (blkBlock blk)
+  mine <- filterM (\k -> firstInLine (storeWaiters store) (keyColor store k) k (blkTicket blk)) keys
+  return (blockAttempt (blkBlock blk) (`elem` mine))
 
 -- | An attempt found nothing.
 parked :: Env -> Conn -> Int -> IO ()
@@ -464,10 +486,10 @@ parked env c s = withBlocked c s $ \blk0 -> do
       b = blkBlock blk
       store = envStore env
       waiters = storeWaiters store
-  if blkExpired blk then endBlock env c blk False >> place c s (blockEmpty b)
+  if blkExpired blk then endBlock env c blk >> place c s (blockEmpty b)
   else if not (blkRegistered blk) then do
     let wake = deliver env c [Wake s]
-    forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (Waker (blkState blk) wake)
+    forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (Waker (blkTicket blk) (blkState blk) wake)
     countBlocked waiters 1
     -- A blocked client is not idle, as in redis (--timeout).
     when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
@@ -492,7 +514,7 @@ woken env c s = withBlocked c s $ \blk -> unless (blkAttempting blk) $ do
 -- | An attempt's reply: the command is done.
 unblocked :: Env -> Conn -> Int -> Reply -> IO ()
 unblocked env c s r = do
-  withBlocked c s $ \blk -> endBlock env c blk (case r of RError _ -> False; _ -> True)
+  withBlocked c s $ \blk -> endBlock env c blk
   place c s r
 
 -- | The command's time is up.
@@ -500,13 +522,13 @@ expired :: Env -> Conn -> Int -> IO ()
 expired env c s = withBlocked c s $ \blk ->
   if blkAttempting blk
     then writeIORef (connBlocked c) (Just blk { blkExpired = True })
-    else endBlock env c blk False >> place c s (blockEmpty (blkBlock blk))
+    else endBlock env c blk >> place c s (blockEmpty (blkBlock blk))
 
 -- | The command is done, having taken an element or not: its
--- registrations and timer go, and, if it took none, its keys' lists are
--- announced again (Note [Blocked commands]).
-endBlock :: Env -> Conn -> Blocked -> Bool -> IO ()
-endBlock env c blk took = do
+-- registrations and timer go, and its keys' lists are announced again
+-- (Note [Blocked commands]).
+endBlock :: Env -> Conn -> Blocked -> IO ()
+endBlock env c blk = do
   writeIORef (blkState blk) wDone
   writeIORef (connBlocked c) Nothing
   mapM_ cancelTimeout (blkTimer blk)
@@ -517,7 +539,7 @@ endBlock env c blk took = do
     when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) (fst (envTimeout env))
     -- Under the command's number, answered already: the 'Park' it ends in
     -- finds no blocked command and does nothing.
-    unless took $ continuePlan env c (blkSeq blk) (Steps [ (k, announce) | k <- keys ] (const Park))
+    continuePlan env c (blkSeq blk) (Steps [ (k, announce) | k <- keys ] (const Park))
   where
     keys = blockKeys (blkBlock blk)
     announce _ _ v = case v of
@@ -527,4 +549,4 @@ endBlock env c blk took = do
 
 -- | The connection closes: a command blocked on it is done.
 abandonBlock :: Env -> Conn -> IO ()
-abandonBlock env c = readIORef (connBlocked c) >>= mapM_ (\blk -> endBlock env c blk False)
+abandonBlock env c = readIORef (connBlocked c) >>= mapM_ (\blk -> endBlock env c blk)

@@ -168,6 +168,8 @@ andThen (Held cmds i _ barrier) (Held more _ malformed _)
 data Blocked = Blocked
   { blkSeq :: !Int
   , blkBlock :: !Block
+  , blkTicket :: !Int
+    -- ^ Its place among blocked commands ('takeTicket').
   , blkState :: !(IORef Int)
     -- ^ Its state ("Kv.Waiters"), shared with its registrations.
   , blkRegistered :: !Bool

@@ -285,12 +285,13 @@ withEnd w k = case upper w of
 -- change either key; should the destination have become another type,
 -- the element is dropped and the reply is WRONGTYPE.
 lmove :: ByteString -> ByteString -> Bool -> Bool -> Plan
-lmove src dst fromHead toHead = moveAttempt src dst fromHead toHead Answer (Answer RNil)
+lmove src dst fromHead toHead = moveAttempt src dst fromHead toHead Answer (Answer RNil) True
 
 -- | LMOVE's steps, ending in @done@ with a reply or in @none@ when the
--- source has nothing (its blocking form parks there).
-moveAttempt :: ByteString -> ByteString -> Bool -> Bool -> (Reply -> Plan) -> Plan -> Plan
-moveAttempt src dst fromHead toHead done none = Steps [(src, listProbe), (dst, listProbe)] decide
+-- source has nothing, or it is not the caller's @turn@ at it (its
+-- blocking form parks there).
+moveAttempt :: ByteString -> ByteString -> Bool -> Bool -> (Reply -> Plan) -> Plan -> Bool -> Plan
+moveAttempt src dst fromHead toHead done none turn = Steps [(src, listProbe turn), (dst, listProbe True)] decide
   where
     decide [srcPart, dstPart] = case (srcPart, dstPart) of
       (RNil, _) -> none
@@ -303,12 +304,14 @@ moveAttempt src dst fromHead toHead done none = Steps [(src, listProbe), (dst, l
     moved [r] = done r
     moved _ = done syntaxError
 
--- | A key's part of LMOVE and LMPOP: its list's length (nil for a missing
--- key), or WRONGTYPE.
-listProbe :: KeyOp
-listProbe _ _ v = Outcome Keep $ case v of
+-- | A key's part of LMOVE and LMPOP: its list's length when it is the
+-- caller's @turn@ at it (nil for a missing key, or when it is not), or
+-- WRONGTYPE.
+listProbe :: Bool -> KeyOp
+listProbe turn _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
-  Just (VList l) -> RInt (dequeLength l)
+  Just (VList l) | turn -> RInt (dequeLength l)
+                 | otherwise -> RNil
   Just _ -> wrongType
 
 -- | LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pop from the
@@ -316,7 +319,7 @@ listProbe _ _ v = Outcome Keep $ case v of
 -- the elements; nil if none does. As in redis, only the keys up to that
 -- one are checked for their type.
 lmpopCommand :: [ByteString] -> Plan
-lmpopCommand args = lmpopArgs args $ \ks fromHead count -> popAttempt ks fromHead (Just count) Answer (Answer RNilArray)
+lmpopCommand args = lmpopArgs args $ \ks fromHead count -> popAttempt ks fromHead (Just count) Answer (Answer RNilArray) (const True)
 
 -- | LMPOP's arguments, checked as redis checks them: the keys, the end
 -- and the count, for the plan.
@@ -333,13 +336,13 @@ lmpopArgs (n : rest) go = case readInteger n of
   _ -> Answer (RError "ERR numkeys should be greater than 0")
 lmpopArgs _ _ = Answer syntaxError
 
--- | Pop from the first of the keys that holds a list: one element (the
--- key and the element, as BLPOP answers) or up to a count (the key and
--- the elements, as LMPOP). Ends in @done@ with the reply or a type error
--- of a key before that one, or in @none@ when no key holds a list (or
--- the list went before the pop).
-popAttempt :: [ByteString] -> Bool -> Maybe Int -> (Reply -> Plan) -> Plan -> Plan
-popAttempt ks fromHead count done none = Steps [ (k, listProbe) | k <- ks ] pick
+-- | Pop from the first of the keys that holds a list and whose @turn@ is
+-- the caller's: one element (the key and the element, as BLPOP answers)
+-- or up to a count (the key and the elements, as LMPOP). Ends in @done@
+-- with the reply or a type error of a key before that one, or in @none@
+-- when no key holds such a list (or the list went before the pop).
+popAttempt :: [ByteString] -> Bool -> Maybe Int -> (Reply -> Plan) -> Plan -> (ByteString -> Bool) -> Plan
+popAttempt ks fromHead count done none turn = Steps [ (k, listProbe (turn k)) | k <- ks ] pick
   where
     pick parts = case [ p | p@(_, r) <- zip ks parts, r /= RNil, r /= RInt 0 ] of
       (_, e@(RError _)) : _ -> done e
@@ -370,4 +373,4 @@ blmove :: ByteString -> ByteString -> Bool -> Bool -> Int -> Plan
 blmove src0 dst0 fromHead toHead ms =
   let src = B.copy src0
       dst = B.copy dst0
-  in Blocking (Block [src] (moveAttempt src dst fromHead toHead Unblock Park) RNil ms)
+  in Blocking (Block [src] (moveAttempt src dst fromHead toHead Unblock Park . ($ src)) RNil ms)

@@ -75,11 +75,12 @@ data Plan
 
 -- | A blocking command: the keys whose lists wake it (its own copies,
 -- each once: the command may outlive the read it came in), its attempt
--- (a plan that ends in 'Park' or 'Unblock'), its reply when its time is
--- up, and its timeout in milliseconds (0: none).
+-- (a plan that ends in 'Park' or 'Unblock', given the keys whose turn
+-- is its, Note [Blocked commands] in "Kv.Batch"), its reply when its
+-- time is up, and its timeout in milliseconds (0: none).
 data Block = Block
   { blockKeys :: [ByteString]
-  , blockAttempt :: Plan
+  , blockAttempt :: (ByteString -> Bool) -> Plan
   , blockEmpty :: Reply
   , blockTimeout :: !Int
   }

@@ -60,7 +60,7 @@ import System.IO.Unsafe (unsafePerformIO)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
-import Kv.Deque (Deque, dequeFromList, dequeLength, dequeToList)
+import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Key (Key, storedKey)
 import Kv.Table
 import Kv.Resp (Reply (..))
@@ -147,10 +147,6 @@ data Value
 -- | A sorted set: each member's score, and the members in (score, member)
 -- order.
 data ZSet = ZSet !(Map.Map ByteString Double) !(Set.Set (Double, ByteString))
-
--- | How many members a sorted set has.
-zsetSize :: ZSet -> Int
-zsetSize (ZSet scores _) = Map.size scores
 
 emptyZSet :: ZSet
 emptyZSet = ZSet Map.empty Set.empty
@@ -420,8 +416,8 @@ runKeyOp (Store tables mask waiters) arm clocks h key op = do
   where
     now = nowMono clocks
     wakeFor v = case v of
-      VList l -> wakeKey waiters (h .&. mask) key (dequeLength l)
-      VZSet z -> wakeKey waiters (h .&. mask) key (zsetSize z)
+      VList _ -> wakeKey waiters (h .&. mask) key
+      VZSet _ -> wakeKey waiters (h .&. mask) key
       _ -> return ()
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
     -- none), its live value, expiry and deadline (0 if none).

@@ -402,7 +402,7 @@ zrangestoreCommand _ = Answer syntaxError
 -- then the chosen one popped; should it have gone in between, the keys
 -- after it are looked at again.
 zmpopCommand :: [ByteString] -> Plan
-zmpopCommand args = zmpopArgs args $ \top count ks -> zpopAttempt top count ks (uncurry nestedReply) Answer (Answer RNilArray)
+zmpopCommand args = zmpopArgs args $ \top count ks -> zpopAttempt top count ks (uncurry nestedReply) Answer (Answer RNilArray) (const True)
 
 -- | ZMPOP's arguments, checked as redis checks them: the end, the count
 -- and the keys, for the plan.
@@ -421,14 +421,15 @@ zmpopArgs (nk : rest) go = case readInteger nk of
     side w = case w of "MIN" -> Just False; "MAX" -> Just True; _ -> Nothing
 zmpopArgs [] _ = Answer syntaxError
 
--- | Pop from the first of the keys that exists, ending in @done@ with the
+-- | Pop from the first of the keys that holds a sorted set and whose
+-- @turn@ is the caller's, ending in @done@ with the
 -- reply @shape@ makes of the popped members and scores (flat) and the
--- key, or a type error; or in @none@ when no key exists.
-zpopAttempt :: Bool -> Int -> [ByteString] -> (([Reply], ByteString) -> Reply) -> (Reply -> Plan) -> Plan -> Plan
-zpopAttempt top count ks0 shape done none = go ks0
+-- key, or a type error; or in @none@ when no key holds one.
+zpopAttempt :: Bool -> Int -> [ByteString] -> (([Reply], ByteString) -> Reply) -> (Reply -> Plan) -> Plan -> (ByteString -> Bool) -> Plan
+zpopAttempt top count ks0 shape done none turn = go ks0
   where
     go [] = none
-    go ks = Steps [ (k, present) | k <- ks ] $ \parts ->
+    go ks = Steps [ (k, present (turn k)) | k <- ks ] $ \parts ->
       case dropWhile ((== RNil) . snd) (zip ks parts) of
         [] -> none
         (_, e@(RError _)) : _ -> done e
@@ -437,9 +438,10 @@ zpopAttempt top count ks0 shape done none = go ks0
           [RArray flat] -> done (shape (flat, k))
           [r] -> done r
           _ -> done syntaxError
-    present _ _ v = Outcome Keep $ case v of
+    present mine _ _ v = Outcome Keep $ case v of
       Nothing -> RNil
-      Just (VZSet _) -> RInt 1
+      Just (VZSet _) | mine -> RInt 1
+                     | otherwise -> RNil
       Just _ -> wrongType
 
 -- | ZMPOP's reply: the key, and each member with its score.
