@@ -27,7 +27,9 @@ import Test.Hspec
 import Support
 import qualified Weft.Event as E
 import qualified Weft.Net as W
+import qualified Weft.Timer as T
 import Weft.Net.Internal.Eviction (Choice (Refuse))
+import Weft.Net.Internal.Socket (idleTimerFired, idleTimerKey)
 import qualified Weft.Net.Internal.Serve as S
 import Weft.Internal.Error (hasErrno)
 import Foreign.C.Error (eBADF)
@@ -373,6 +375,28 @@ spec kind = describe "Weft.Net" $ do
       NB.sendAll active (BC.pack "q")
       recvExactly active 1 `shouldReturn` BC.pack "q"
       mapM_ N.close [idle, active]
+
+  it "an idle timer whose check runs after its timeout was replaced or removed does nothing" $ withPair $ \(c, srv) -> do
+    -- The check of a timer that fired as 'setIdleTimeout' ran, called by
+    -- hand once the call is done (Note [Idle timers are the socket's only
+    -- while they are its key]).
+    mgr <- T.getSystemTimerManager
+    W.setIdleTimeout c 40000
+    k1 <- idleTimerKey c
+    W.setIdleTimeout c 60000
+    k2 <- idleTimerKey c
+    (k2 /= Nothing && k2 /= k1) `shouldBe` True
+    -- The socket made progress lately: the old check would re-arm.
+    mapM_ (idleTimerFired mgr c 40000000) k1
+    ((== k2) <$> idleTimerKey c) `shouldReturn` True
+    W.setIdleTimeout c 0
+    mapM_ (idleTimerFired mgr c 60000000) k2
+    ((== Nothing) <$> idleTimerKey c) `shouldReturn` True
+    -- Silent for longer than the period: the old check would expire it.
+    threadDelay 80000
+    mapM_ (idleTimerFired mgr c 60000000) k2
+    W.sendAll c (BC.pack "y")
+    W.recv srv 10 `shouldReturn` BC.pack "y"
 
   it "out of fds, keeps every established client (idle or not) and refuses newcomers with a close" $
     withWeftServer W.defaultServerConfig echo $ \addr -> keepsClientsWhenFull True addr B.empty echoX

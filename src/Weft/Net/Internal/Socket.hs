@@ -58,6 +58,8 @@ module Weft.Net.Internal.Socket
   , isIdleTimeoutError
     -- * Idle timeouts
   , setIdleTimeout
+  , idleTimerKey
+  , idleTimerFired
   , setMinimumReceive
   , trackProgress
   , lastProgress
@@ -91,6 +93,7 @@ import Foreign.Ptr (Ptr)
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Exts (MutableByteArray#, RealWorld)
 import GHC.IO.Exception (IOErrorType (..))
+import System.IO (fixIO)
 import System.Posix.Types (Fd (..))
 
 
@@ -345,27 +348,60 @@ setIdleTimeout s us = mask_ $ withMVar (sockLock s) $ \_ -> do
     writeCounter g gActivity (fromIntegral now)
     writeCounter g gTrack 1
     mgr <- getSystemManager
-    armIdle mgr us
+    armIdle mgr s (fromIntegral us * 1000) us Nothing
   where
     g = sockGuard s
-    period = fromIntegral us * 1000 :: Word64
-    armIdle mgr delay = do
-      k <- T.registerTimeout mgr delay (check mgr)
-      writeIORef (sockIdle s) (Just k)
-      -- A close that began meanwhile may have missed this key.
-      closed <- isClosed s
-      when closed (cancelIdle s)
-    check mgr = do
-      closed <- isClosed s
-      unless closed $ do
-        stamp <- fromIntegral <$> readCounter g gActivity
-        now <- getMonotonicTimeNSec
-        let idle = now - min now stamp
-        if idle < period
-          then armIdle mgr (fromIntegral ((period - idle) `quot` 1000) + 1)
-          else do
-            writeCounter g gTimedOut 1
-            void (shutdownRaw s 2) -- SHUT_RDWR
+
+-- Note [Idle timers are the socket's only while they are its key]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- The timer's check runs on the timer thread, outside the socket's lock,
+-- and may be under way while 'setIdleTimeout' removes or replaces the
+-- timeout: that cancels the key the socket holds, which is the key whose
+-- check is running, and cancelling a timer that has fired does nothing.
+-- So a check acts only if the socket still holds its key, and swaps in
+-- its successor, or clears the key as it expires the socket, in one
+-- atomic update of 'sockIdle'; a check whose key was taken away cancels
+-- the timer it has just registered and does nothing else. Otherwise a
+-- removed timeout could re-arm itself and, no longer fed by progress
+-- stamps, expire a connection that no longer has one.
+
+-- | Register the socket's idle timer to fire after @delay@ us, and make it
+-- the socket's key if the socket still holds @expected@ (Note [Idle
+-- timers are the socket's only while they are its key]).
+armIdle :: T.TimerManager -> Socket -> Word64 -> Int -> Maybe T.TimeoutKey -> IO ()
+armIdle mgr s period delay expected = do
+  k <- fixIO $ \k -> T.registerTimeout mgr delay (idleTimerFired mgr s period k)
+  ours <- atomicModifyIORef' (sockIdle s) $ \cur ->
+    if cur == expected then (Just k, True) else (cur, False)
+  if not ours then void (T.cancelTimeout k) else do
+    -- A close that began meanwhile may have missed this key.
+    closed <- isClosed s
+    when closed (cancelIdle s)
+
+-- | The socket's idle timer (key @self@) fired: re-arm it for the rest of
+-- the period if the socket made progress, else expire the socket; either
+-- only while @self@ is still the socket's key.
+idleTimerFired :: T.TimerManager -> Socket -> Word64 -> T.TimeoutKey -> IO ()
+idleTimerFired mgr s period self = do
+  closed <- isClosed s
+  unless closed $ do
+    stamp <- fromIntegral <$> readCounter g gActivity
+    now <- getMonotonicTimeNSec
+    let idle = now - min now stamp
+    if idle < period
+      then armIdle mgr s period (fromIntegral ((period - idle) `quot` 1000) + 1) (Just self)
+      else do
+        ours <- atomicModifyIORef' (sockIdle s) $ \cur ->
+          if cur == Just self then (Nothing, True) else (cur, False)
+        when ours $ do
+          writeCounter g gTimedOut 1
+          void (shutdownRaw s 2) -- SHUT_RDWR
+  where
+    g = sockGuard s
+
+-- | The socket's idle timer's key, if it has an idle timeout.
+idleTimerKey :: Socket -> IO (Maybe T.TimeoutKey)
+idleTimerKey s = readIORef (sockIdle s)
 
 -- | Make received bytes count as progress for the idle timeout only once
 -- at least the given number have arrived since the last progress (Note
