@@ -543,12 +543,17 @@ takeable :: Queues -> Int -> IO Bool
 takeable q v
   | qTimeLeft q = do
       r <- rd q v wRunning
-      let usable b = do
-            h <- rd q v (wBucket0 + b)
-            if h < 0 then return False
-              else if h /= r then return True
-              else (>= 0) <$> readPrimArray (cSNext q) h
-      or <$> mapM usable [0, 1, 2]
+      -- The buckets in turn, stopping at the first that has one.
+      let usable :: Int -> IO Bool
+          usable b
+            | b > 2 = return False
+            | otherwise = do
+                h <- rd q v (wBucket0 + b)
+                ok <- if h < 0 then return False
+                      else if h /= r then return True
+                      else (>= 0) <$> readPrimArray (cSNext q) h
+                if ok then return True else usable (b + 1)
+      usable 0
   | queueLayout q == SingleList = (>= 2) <$> rd q v wEvents
   | otherwise = do
       n <- rd q v wColors
