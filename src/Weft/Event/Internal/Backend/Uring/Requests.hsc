@@ -21,7 +21,8 @@
 -- the batch, whose buffers are back by then: many more pending receives
 -- than buffers lose nothing.
 --
--- Each request has an id that is never reused (its @user_data@), and a
+-- Each request has an id that its fd's requests do not reuse (its
+-- @user_data@, with the fd; Note [Reused requests]), and a
 -- state, changed only by atomic updates: 'Waiting', then 'Delivered' by
 -- its completion, or 'Cancelled' by its waiter's asynchronous exception,
 -- or 'Closing' by a close of the socket. A cancelled request may still
@@ -122,7 +123,7 @@ import Control.Concurrent.MVar
 import Control.Monad (forM_, when, (<$!>))
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import Data.Bits (shiftR, (.&.), (.|.))
+import Data.Bits (shiftL, shiftR, (.&.), (.|.))
 import Data.IORef
 import Data.Word (Word32, Word64, Word8)
 import Foreign.C.Error (Errno (..), eINVAL, eNOBUFS, eSHUTDOWN)
@@ -176,7 +177,7 @@ tableCompletions (Just t) ring = Completions (submitRecv t) (submitSend t) (subm
   let r = readCounter (tblCounts t)
   base <- ring
   RingStats <$> ((ringResubmits base +) <$> r cResubmits) <*> r cKept <*> r cNoBuffer
-            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cConnects <*> r cOnRing
+            <*> r cReceives <*> r cSends <*> r cAccepts <*> r cConnects <*> requestsOnRing t
             <*> pure (ringCooperative base)
 tableCompletions Nothing ring = Completions
   { complRecv = \_ _ _ _ _ -> return RingBusy
@@ -221,10 +222,10 @@ data FdReqs = FdReqs
   , frSend :: !Req
   }
 
--- Counters in 'tblCounts' (cOnRing: requests submitted and not yet completed).
-cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cConnects, cOnRing, nCounts :: Int
+-- Counters in 'tblCounts' (cNext: records made).
+cNext, cResubmits, cKept, cNoBuffer, cReceives, cSends, cAccepts, cConnects, nCounts :: Int
 cNext = 0; cResubmits = 1; cKept = 2; cNoBuffer = 3; cReceives = 4; cSends = 5; cAccepts = 6
-cConnects = 7; cOnRing = 8; nCounts = 9
+cConnects = 7; nCounts = 8
 
 -- Note [Reused requests]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -235,7 +236,15 @@ cConnects = 7; cOnRing = 8; nCounts = 9
 -- request in flight on most of its sockets) and copies. Reused, they live
 -- in the old generation, and a request only writes to them.
 --
--- A request's words say whether it is in use, its id and its state. It is
+-- A request's words say whether it is in use, its id and its state. Its
+-- id is the record's previous one plus one (29 bits, and a kind bit; the
+-- first is drawn from a counter of the ring's records): one is reused
+-- only after 2^29 newer requests on the same fd number and kind, and no
+-- request outlives its fd (a close waits for its completion), so a
+-- completion always finds its own request. A submission writes no word
+-- that other sockets' submissions write: the ids are the record's own,
+-- and the requests on the ring are counted by a walk over the records
+-- when the statistics are read. It is
 -- taken (in use) by a submission, and given back only once its outcome is
 -- out of its done cell: by its waiter, which empties the cell after it
 -- read it; or by the dispatcher, if the waiter had already gone
@@ -294,6 +303,9 @@ newFdReqs t idle fd = FdReqs <$> newReq False <*> newReq True
     newReq send = do
       w <- newCounters 4
       writeCounter w rwState sResolved
+      -- Apart from other records' ids, though they need not be.
+      k <- addCounter (tblCounts t) cNext 1
+      writeCounter w rwId ((k `shiftL` 16) .&. 0x1fffffff)
       op <- newIORef OpNone
       trk <- newIORef idle
       done <- newEmptyMVar
@@ -432,17 +444,15 @@ claimAndSubmit t req len op trk = do
   free <- if claimed then (== 0) <$> casCounter w rwUsed 0 1 else return False
   if free
     then do
-      -- Ids are 29 bits and a kind bit: one is reused only after 2^29
-      -- newer requests of its kind.
-      k <- addCounter (tblCounts t) cNext 1
+      -- The record's next id (Note [Reused requests]).
+      prev <- readCounter w rwId
       -- Released, not fenced (Note [Publishing a request's words]).
-      releaseCounter w rwId ((k .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
+      releaseCounter w rwId (((prev + 1) .&. 0x1fffffff) .|. (if reqIsSend req then sendBit else 0))
       releaseCounter w rwState sWaiting
       releaseCounter w rwLength len
       setUnlessSame (reqOp req) op
       setUnlessSame (reqTracker req) trk
       _ <- tryTakeMVar (reqResolved req)
-      _ <- addCounter (tblCounts t) cOnRing 1
       submit t req
     else when claimed $ writeIORef slot Nothing
   return free
@@ -593,7 +603,6 @@ complete t req out = do
   releaseCounter w rwState sResolved
   -- Resolved: the socket's slot is free, and whoever waits for that may go on.
   writeIORef (slotOf req trk) Nothing
-  _ <- addCounter (tblCounts t) cOnRing (-1)
   _ <- tryPutMVar (reqResolved req) ()
   if st == sCancelled
     then giveBack req
@@ -616,6 +625,13 @@ keep t req first out = do
     (Got bs, _) | not (B.null bs) -> add (trkLeftover trk) bs
     (Conn fd, OpAccept address) -> add (trkAccepted trk) (fd, address)
     _ -> return ()
+
+-- | Requests on the ring: submitted, and their completions not yet handled.
+requestsOnRing :: Table -> IO Int
+requestsOnRing t = do
+  cells <- FT.elems (tblReqs t)
+  let unresolved req = (/= sResolved) <$> readCounter (reqWords req) rwState
+  length . filter id <$> mapM unresolved (concat [ [frRecv frs, frSend frs] | (_, frs) <- cells ])
 
 -- | The ring is being closed (its manager shut down): fail every request
 -- still in flight.
