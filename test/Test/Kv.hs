@@ -1274,10 +1274,7 @@ serverSpec = do
       cmd b ["LRANGE", "bw:q", "0", "-1"] `shouldReturn` RArray [bulk "four"]
 
   it "serves a blocked client the element it was woken for, before a blocking command that comes with the push" $ \addr ->
-    withClient addr $ \b -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
-      _ <- cmd b ["DEL", "bo:q"]
-      forM_ [1 .. 40 :: Int] $ \i -> do
-        let x = C.pack ("x" ++ show i); y = C.pack ("y" ++ show i)
+    blockedRounds addr "bo:q" $ \b a1 a2 x y -> do
         sendRaw a1 (encodeCommand ["BLPOP", "bo:q", "0"])
         waitBlocked b 1
         -- The push and a second client's BLPOP, at once: the element is
@@ -1292,10 +1289,7 @@ serverSpec = do
         waitBlocked b 0
 
   it "serves two blocked clients from one push of two elements, in the order they blocked" $ \addr ->
-    withClient addr $ \b -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
-      _ <- cmd b ["DEL", "b2:q"]
-      forM_ [1 .. 40 :: Int] $ \i -> do
-        let x = C.pack ("x" ++ show i); y = C.pack ("y" ++ show i)
+    blockedRounds addr "b2:q" $ \b a1 a2 x y -> do
         sendRaw a1 (encodeCommand ["BLPOP", "b2:q", "0"])
         waitBlocked b 1
         sendRaw a2 (encodeCommand ["BLPOP", "b2:q", "0"])
@@ -1330,6 +1324,11 @@ serverSpec = do
     threadDelay 900000
     run c [["GET", "e1"], ["EXISTS", "e1"]] `shouldReturn` [RNil, RInt 0]
   where
+    -- Forty rounds of a test of two blocked clients (and one that pushes)
+    -- on one key, with two fresh elements per round.
+    blockedRounds addr key body = withClient addr $ \b -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
+      _ <- cmd b ["DEL", key]
+      forM_ [1 .. 40 :: Int] $ \i -> body b a1 a2 (C.pack ("x" ++ show i)) (C.pack ("y" ++ show i))
     withClients addr n act = go n []
       where go 0 cs = act (reverse cs)
             go k cs = withClient addr (\c -> go (k - 1 :: Int) (c : cs))
