@@ -289,6 +289,57 @@ spec usable = describe "io_uring backend" $ do
       forM_ pairs $ \(c, srv) -> W.close c >> W.close srv
       ringStat E.ringReceivesNoBuffer >>= (`shouldSatisfy` (> noBuf0))
 
+  describe "capabilities coming and going" $
+    it "the count going 1, 2, 1, 2... every 10 ms with receives and sends on the rings: every message comes back once, in order, and nothing stays on a ring" $ do
+      unless usable $ pendingWith "the kernel refuses io_uring here"
+      E.setSystemBackend E.UringBackend
+      startManagers
+      caps0 <- getNumCapabilities
+      received0 <- ringStat E.ringReceives
+      let conns = 6 :: Int
+          trips = 20000 :: Int
+          message k i = BC.pack (show k ++ ":" ++ show i ++ "\n")
+          -- One connection: an echoing server thread and a client that
+          -- checks every reply. Unpinned, so that both migrate as
+          -- capabilities come and go, with their requests on the ring of
+          -- the manager they started on.
+          connection k = withPair $ \(c, srv) -> do
+            let total = sum [ B.length (message k i) | i <- [1 .. trips] ]
+                echoing left = when (left > 0) $ do
+                  b <- W.recv srv 64
+                  when (B.null b) $ throwIO (userError ("connection " ++ show k ++ ": end of stream"))
+                  W.sendAll srv b
+                  echoing (left - B.length b)
+            echo <- newEmptyMVar
+            _ <- forkIO (try (echoing total) >>= putMVar echo)
+            forM_ [1 .. trips] $ \i -> do
+              let m = message k i
+              W.sendAll c m
+              reply <- recvAll c (B.length m)
+              when (reply /= m) $ throwIO (userError ("connection " ++ show k ++ ": sent " ++ show m ++ ", got " ++ show reply))
+            takeMVar echo >>= either (throwIO :: SomeException -> IO ()) return
+      outs <- forM [1 .. conns] $ \k -> do
+        m <- newEmptyMVar
+        _ <- forkIO (try (connection k) >>= putMVar m)
+        return m
+      -- Change the count every 10 ms for as long as the traffic runs
+      -- (bounded), counting the changes made while it ran.
+      let toggling n changes = do
+            running <- or <$> mapM isEmptyMVar outs
+            if not running || changes >= (400 :: Int) then return changes else do
+              W.setNumCapabilities n
+              threadDelay 10000
+              toggling (3 - n) (changes + 1)
+      changes <- toggling 1 0
+      W.setNumCapabilities caps0
+      rs <- within 120 "ping-pong across capability changes" (mapM takeMVar outs)
+      forM_ rs (either (throwIO :: SomeException -> IO ()) return)
+      changes `shouldSatisfy` (>= 6)
+      -- The receives went to the rings (else this tests readiness).
+      received <- ringStat E.ringReceives
+      received - received0 `shouldSatisfy` (>= fromIntegral (conns * trips))
+      eventually "no request left on a ring" ((== 0) <$> ringStat E.ringInflight)
+
   describe "sends on the ring" $ do
     it "a large send to a slow reader goes out in several short ring sends; every byte once, in order" $ do
       unless usable $ pendingWith "the kernel refuses io_uring here"
