@@ -1240,6 +1240,31 @@ serverSpec = do
       run a [["BLPOP", "bt:none", "-1"], ["BLPOP", "bt:none", "x"], ["SET", "bt:s", "v"], ["BLPOP", "bt:none", "bt:s", "0"], ["BLMOVE", "bt:none", "bt:dst", "UP", "LEFT", "0"]]
         `shouldReturn` [ RError "ERR timeout is negative", RError "ERR timeout is not a float or out of range", ok, wrongType, RError "ERR syntax error" ]
 
+  it "ends a blocked command from another client with CLIENT UNBLOCK (its empty reply, or an error), and only a blocked one" $ \addr ->
+    withClient addr $ \a -> withClient addr $ \b -> do
+      _ <- cmd b ["DEL", "bu:q"]
+      RInt aId <- cmd a ["CLIENT", "ID"]
+      RInt bId <- cmd b ["CLIENT", "ID"]
+      aId `shouldNotBe` bId
+      forM_ [ ([], RNilArray, ["BLPOP", "bu:q", "0"]), (["TIMEOUT"], RNil, ["BLMOVE", "bu:q", "bu:d", "LEFT", "RIGHT", "0"])
+            , (["ERROR"], RError "UNBLOCKED client unblocked via CLIENT UNBLOCK", ["BLPOP", "bu:q", "0"]) ] $ \(how, answered, blocking) -> do
+        -- With a later command of its own behind it, which then runs.
+        sendRaw a (B.concat (map encodeCommand [blocking, ["PING"]]))
+        waitBlocked b 1
+        cmd b (["CLIENT", "UNBLOCK", C.pack (show aId)] ++ how) `shouldReturn` RInt 1
+        replies a 2 `shouldReturn` [answered, RSimple "PONG"]
+        waitBlocked b 0
+      -- Not blocked (itself, the other, or no such client): 0.
+      run b [["CLIENT", "UNBLOCK", C.pack (show bId)], ["CLIENT", "UNBLOCK", C.pack (show aId)], ["CLIENT", "UNBLOCK", "999999"]]
+        `shouldReturn` [RInt 0, RInt 0, RInt 0]
+      run b [["CLIENT", "UNBLOCK", "asd"], ["CLIENT", "UNBLOCK", C.pack (show aId), "LATER"], ["CLIENT", "NOSUCH"]]
+        `shouldReturn` [RError "ERR value is not an integer or out of range", RError "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR", RError "ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP."]
+      -- Still blocks, and is served by a push.
+      sendRaw a (encodeCommand ["BLPOP", "bu:q", "0"])
+      waitBlocked b 1
+      cmd b ["RPUSH", "bu:q", "x"] `shouldReturn` RInt 1
+      replies a 1 `shouldReturn` [RArray [bulk "bu:q", bulk "x"]]
+
   it "wakes blocked clients one per element, in order, passes on what one leaves, and forgets a client that closes" $ \addr ->
     withClient addr $ \b -> do
       _ <- run b [["DEL", "bw:q", "bw:t1", "bw:t2"], ["SET", "bw:t1", "not a list"]]

@@ -18,6 +18,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
+import Data.Maybe (fromMaybe, isNothing)
 
 import Weft.Color (Handler (..), RuntimeClosed (..), handler, post)
 import qualified Weft.Net as Net
@@ -26,7 +27,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTim
 import Kv.Command
 import Kv.Conn
 import Kv.Out (piece)
-import Kv.Plan (Block (..), ok)
+import Kv.Plan (Block (..), ClientCall (..), ok)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
 import Kv.Store
@@ -102,6 +103,9 @@ data Work
   | WorkSurvey !Int Survey !(IORef (Int, [Reply]))
     -- ^ DBSIZE's, KEYS's or RANDOMKEY's part on this color, the colors
     -- still to read and the parts so far: the last one answers.
+  | WorkUnblock !Int Conn !Bool
+    -- ^ CLIENT UNBLOCK of a connection of this color, with an error or
+    -- not ('ClientUnblock').
 
 -- | Give each command a sequence number and start it, one event per key
 -- color for the whole batch (Note [Batches per color]). Returns whether a
@@ -200,7 +204,14 @@ keyWork env c s p groups = case p of
   Live f -> f (envStore env) >>= \r -> groups <$ place c s r
   Park -> groups <$ parked env c s
   Unblock r -> groups <$ unblocked env c s r
-  Expire -> groups <$ expired env c s
+  Expire r -> groups <$ expired env c s r
+  OnClients ClientId -> groups <$ place c s (RInt (connId c))
+  OnClients (ClientUnblock target withError) -> do
+    live <- readIORef (envLive env)
+    case IntMap.lookup target live of
+      Nothing -> groups <$ place c s (RInt 0)
+      -- Its blocked command is read and ended on its own color.
+      Just t -> return (add (connColor t) (WorkUnblock s t withError) groups)
   OnKey key op -> do
     let !h = keyHash key
     prefetchKey (envStore env) h
@@ -321,6 +332,10 @@ runWorks env c color works = do
           part <- surveyColor (envStore env) color now op
           (n, gathered) <- atomicModifyIORef' parts (\(n, ps) -> let st = (n - 1, part : ps) in (st, st))
           if n == 0 then whole s (joinSurvey op gathered) >>= \done -> go (done : acc) rest else go acc rest
+        WorkUnblock s t withError -> do
+          r <- unblockClient env t withError
+          done <- whole s r
+          go (done : acc) rest
       -- What a multi-key command's parts decided: done here while its keys
       -- are this color's, else sent on ('Then').
       finish s next = case next of
@@ -425,8 +440,12 @@ armExpiry env key deadline us = do
 -- line was woken for, and two commands woken one after the other take
 -- the elements in their order. A wake during an attempt is seen when the
 -- attempt parks. The timeout ('Expire') answers the empty reply when the
--- command is parked, or when its attempt parks. Once answered, timed out
--- or closed, the command is done: its registrations are removed and its
+-- command is parked, or when its attempt parks; CLIENT UNBLOCK from
+-- another client ends it the same way (an event on its connection's
+-- color marks it, so that neither a park nor a wake on the way lets it
+-- take anything, and its inbox gets the 'Expire'); an attempt already
+-- under way that pops is still answered with what it popped. Once
+-- answered, timed out, unblocked or closed, the command is done: its registrations are removed and its
 -- timer cancelled, and its keys' lists are announced again, which wakes
 -- the next in line for what is left. Each command in line either pops,
 -- or is done, or waits on a key with nothing in it, so the line moves.
@@ -453,7 +472,7 @@ startBlock :: Env -> Conn -> Int -> Block -> Groups -> IO Groups
 startBlock env c s b groups = do
   st <- newIORef wWaiting
   ticket <- takeTicket (storeWaiters (envStore env))
-  let blk = Blocked s b ticket st False True False Nothing
+  let blk = Blocked s b ticket st False True Nothing Nothing
   writeIORef (connBlocked c) (Just blk)
   attempt <- attemptPlan env blk
   keyWork env c s attempt groups
@@ -486,30 +505,35 @@ parked env c s = withBlocked c s $ \blk0 -> do
       b = blkBlock blk
       store = envStore env
       waiters = storeWaiters store
-  if blkExpired blk then endBlock env c blk >> place c s (blockEmpty b)
-  else if not (blkRegistered blk) then do
-    let wake = deliver env c [Wake s]
-    forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (Waker (blkTicket blk) (blkState blk) wake)
-    countBlocked waiters 1
-    -- A blocked client is not idle, as in redis (--timeout).
-    when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
-    timer <- if blockTimeout b <= 0 then return Nothing else do
-      mgr <- getSystemTimerManager
-      Just <$> registerTimeout mgr (blockTimeout b * 1000)
-        (deliver env c [Then s Expire] `catch` \RuntimeClosed -> return ())
-    attemptAgain env c blk { blkRegistered = True, blkTimer = timer }
-  else do
-    st <- readIORef (blkState blk)
-    if st == wWoken
-      then writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
-      else writeIORef (connBlocked c) (Just blk)
+      register = do
+        let wake = deliver env c [Wake s]
+        forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (Waker (blkTicket blk) (blkState blk) wake)
+        countBlocked waiters 1
+        -- A blocked client is not idle, as in redis (--timeout).
+        when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
+        timer <- if blockTimeout b <= 0 then return Nothing else do
+          mgr <- getSystemTimerManager
+          Just <$> registerTimeout mgr (blockTimeout b * 1000)
+            (deliver env c [Then s (Expire (blockEmpty b))] `catch` \RuntimeClosed -> return ())
+        attemptAgain env c blk { blkRegistered = True, blkTimer = timer }
+  case blkExpired blk of
+    Just r -> endBlock env c blk >> place c s r
+    Nothing | not (blkRegistered blk) -> register
+            | otherwise -> do
+                st <- readIORef (blkState blk)
+                if st == wWoken
+                  then writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
+                  else writeIORef (connBlocked c) (Just blk)
 
 -- | A write woke the command: attempt again, unless an attempt is under
 -- way (its park will see the wake).
 woken :: Env -> Conn -> Int -> IO ()
-woken env c s = withBlocked c s $ \blk -> unless (blkAttempting blk) $ do
-  st <- readIORef (blkState blk)
-  when (st == wWoken) $ writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
+woken env c s = withBlocked c s $ \blk -> unless (blkAttempting blk) $ case blkExpired blk of
+  -- Ended by CLIENT UNBLOCK, its inbox on the way: it takes nothing.
+  Just r -> endBlock env c blk >> place c s r
+  Nothing -> do
+    st <- readIORef (blkState blk)
+    when (st == wWoken) $ writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
 
 -- | An attempt's reply: the command is done.
 unblocked :: Env -> Conn -> Int -> Reply -> IO ()
@@ -517,12 +541,33 @@ unblocked env c s r = do
   withBlocked c s $ \blk -> endBlock env c blk
   place c s r
 
--- | The command's time is up.
-expired :: Env -> Conn -> Int -> IO ()
-expired env c s = withBlocked c s $ \blk ->
+-- | The command's time is up, or another client ended it: answer it
+-- this, now or when its attempt parks.
+expired :: Env -> Conn -> Int -> Reply -> IO ()
+expired env c s r0 = withBlocked c s $ \blk -> do
+  -- The first to end it decides its reply.
+  let r = fromMaybe r0 (blkExpired blk)
   if blkAttempting blk
-    then writeIORef (connBlocked c) (Just blk { blkExpired = True })
-    else endBlock env c blk >> place c s (blockEmpty (blkBlock blk))
+    then writeIORef (connBlocked c) (Just blk { blkExpired = Just r })
+    else endBlock env c blk >> place c s r
+
+-- | CLIENT UNBLOCK, on the connection's color: end its blocking command
+-- with its empty reply or the @UNBLOCKED@ error, through its inbox as a
+-- timeout is (so the reply goes out as any reply does). 1 if it had one
+-- not already ended, else 0.
+unblockClient :: Env -> Conn -> Bool -> IO Reply
+unblockClient env t withError = do
+  m <- readIORef (connBlocked t)
+  case m of
+    Just blk | isNothing (blkExpired blk) -> do
+      let r | withError = RError "UNBLOCKED client unblocked via CLIENT UNBLOCK"
+            | otherwise = blockEmpty (blkBlock blk)
+      -- Marked now, so that what reaches the command before the inbox
+      -- does (its attempt's park) answers it this too.
+      writeIORef (connBlocked t) (Just blk { blkExpired = Just r })
+      (deliver env t [Then (blkSeq blk) (Expire r)] `catch` \RuntimeClosed -> return ())
+      return (RInt 1)
+    _ -> return (RInt 0)
 
 -- | The command is done, having taken an element or not: its
 -- registrations and timer go, and its keys' lists are announced again

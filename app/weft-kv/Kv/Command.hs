@@ -141,6 +141,7 @@ serverCommands =
   , ("MEMORY", (AtLeast 1, memoryCommand))
   , ("HELLO", (AtLeast 0, helloCommand))
   , ("TIME", (Exactly 0, \_ -> Live (\_ -> timeReply <$> readNow)))
+  , ("CLIENT", (AtLeast 1, clientCommand))
   ]
   where
     -- One database: redis's int check, then index 0 only.
@@ -164,6 +165,25 @@ flushCommand args = case map upper args of
   [mode] | mode == "ASYNC" || mode == "SYNC" -> flush
   _ -> Answer syntaxError
   where flush = Flushing
+
+-- | CLIENT ID, and CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 if the connection
+-- with that id was blocked, and is no more, else 0. Other subcommands
+-- are refused, as redis refuses one it lacks.
+clientCommand :: [ByteString] -> Plan
+clientCommand (sub : rest) = case (upper sub, rest) of
+  ("ID", []) -> OnClients ClientId
+  ("ID", _) -> arity "id"
+  ("UNBLOCK", [target]) -> unblock target False
+  ("UNBLOCK", [target, how]) -> case upper how of
+    "TIMEOUT" -> unblock target False
+    "ERROR" -> unblock target True
+    _ -> Answer (RError "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
+  ("UNBLOCK", _) -> arity "unblock"
+  _ -> Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try CLIENT HELP."))
+  where
+    unblock target withError = withInt target (\i -> OnClients (ClientUnblock i withError))
+    arity name = Answer (RError ("ERR wrong number of arguments for 'client|" <> name <> "' command"))
+clientCommand [] = Answer (RError "ERR wrong number of arguments for 'client' command")
 
 -- | FUNCTION: weft-kv runs no scripts, so it holds no functions. FUNCTION
 -- FLUSH [ASYNC|SYNC] succeeds with nothing to delete (clients and test

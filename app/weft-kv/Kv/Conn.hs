@@ -59,7 +59,10 @@ data Env = Env
   , envStore   :: !Store
   , envLimits  :: !Limits
   , envLive    :: !(IORef (IntMap.IntMap Conn))
-    -- ^ Open connections by fd, for closing them at shutdown.
+    -- ^ Open connections by id ('connId'): for CLIENT UNBLOCK, for
+    -- eviction, and for closing them at shutdown.
+  , envNextId  :: !(IORef Int)
+    -- ^ The id the next connection gets.
   , envTimeout :: !(Int, Int)
     -- ^ The idle timeout and minimum receive ('serverTimeout').
   , envOutputLimit :: !Int
@@ -80,6 +83,8 @@ data Conn = Conn
   , connPeer    :: !SockAddr
   , connWatch   :: !FdWatch
   , connColor   :: !Int
+  , connId      :: !Int
+    -- ^ Unique among the server's connections (CLIENT ID).
   , connDecoder :: !(IORef Decoder)
   , connCounts  :: !(MutablePrimArray RealWorld Int)
     -- ^ Unboxed counts, updated for every command and reply: 'seqCount',
@@ -176,7 +181,7 @@ data Blocked = Blocked
     -- ^ It is registered on its keys (and counted as blocked).
   , blkAttempting :: !Bool
     -- ^ An attempt is under way.
-  , blkExpired :: !Bool
+  , blkExpired :: !(Maybe Reply)
     -- ^ Its time ran out during an attempt.
   , blkTimer :: !(Maybe TimeoutKey)
   }

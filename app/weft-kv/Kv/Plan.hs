@@ -5,6 +5,7 @@
 module Kv.Plan
   ( Plan (..)
   , Block (..)
+  , ClientCall (..)
   , Arity (..)
   , Command
     -- * Replies
@@ -70,8 +71,12 @@ data Plan
     -- ^ A blocking command's attempt found nothing: it waits.
   | Unblock Reply
     -- ^ A blocking command's attempt's reply: it is done.
-  | Expire
-    -- ^ A blocking command's time is up.
+  | Expire Reply
+    -- ^ A blocking command's time is up (its empty reply), or another
+    -- client ended it (CLIENT UNBLOCK): answer it this.
+  | OnClients ClientCall
+    -- ^ A command about connections (CLIENT): run where the connection
+    -- and its server's connections are known ("Kv.Batch").
 
 -- | A blocking command: the keys whose lists wake it (its own copies,
 -- each once: the command may outlive the read it came in), its attempt
@@ -84,6 +89,16 @@ data Block = Block
   , blockEmpty :: Reply
   , blockTimeout :: !Int
   }
+
+-- | CLIENT's subcommands.
+data ClientCall
+  = ClientId
+    -- ^ The connection's id: unique among the server's connections
+    -- for as long as it runs.
+  | ClientUnblock !Int !Bool
+    -- ^ End the blocking command that the connection with this id waits
+    -- on: with its empty reply, as if its time were up ('False'), or with
+    -- an @UNBLOCKED@ error ('True').
 
 -- | How many arguments (after the name) a command takes.
 data Arity = Exactly !Int | AtLeast !Int | Between !Int !Int

@@ -111,7 +111,8 @@ runServer cfg addr = do
   rt <- Color.newRuntime (serverRuntime cfg)
   store <- newStore (if serverKeyColors cfg > 0 then serverKeyColors cfg else keyColorsFor (Color.runtimeCores rt))
   live <- newIORef IntMap.empty
-  let env = Env rt store (serverLimits cfg) live (serverTimeout cfg, serverMinReceive cfg)
+  ids <- newIORef 1
+  let env = Env rt store (serverLimits cfg) live ids (serverTimeout cfg, serverMinReceive cfg)
                 (serverOutputLimit cfg) (serverSendStall cfg) (resultsArrived env)
   limit <- Net.clientLimit (serverMaxClients cfg)
   let full = (>= limit) . IntMap.size <$> readIORef live
@@ -212,12 +213,13 @@ adopt env (sock, peer) = do
     Right fw -> do
       counts <- newPrimArray 3
       setPrimArray counts 0 3 0
-      c <- Conn sock peer fw color <$> newIORef newDecoder <*> pure counts
+      cid <- atomicModifyIORef' (envNextId env) (\i -> (i + 1, i))
+      c <- Conn sock peer fw color cid <$> newIORef newDecoder <*> pure counts
              <*> newIORef IntMap.empty <*> newOut <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
              <*> newIORef Nothing <*> newIORef []
       writeIORef rec c
-      atomicModifyIORef' (envLive env) (\m -> (IntMap.insert (fromIntegral fd) c m, ()))
+      atomicModifyIORef' (envLive env) (\m -> (IntMap.insert cid c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
 
 -- | What a client beyond 'serverMaxClients' is told, as redis tells it.
@@ -452,14 +454,9 @@ closeConn env c = do
       forget env c
       Net.close (connSocket c)
 
--- | Take the connection out of the open ones, unless its fd number
--- already belongs to a newer connection.
+-- | Take the connection out of the open ones.
 forget :: Env -> Conn -> IO ()
-forget env c = atomicModifyIORef' (envLive env) (\m -> (IntMap.update keepOthers fd m, ()))
-  where
-    Fd fd' = Net.socketFd (connSocket c)
-    fd = fromIntegral fd'
-    keepOthers o = if connPhase o == connPhase c then Nothing else Just o
+forget env c = atomicModifyIORef' (envLive env) (\m -> (IntMap.delete (connId c) m, ()))
 
 ------------------------------------------------------------------------------
 -- Non-blocking socket calls
