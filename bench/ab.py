@@ -18,6 +18,8 @@ min-max of the per-round ratios. Cells (default: all):
 
   simple-c16 simple-c400          weft-simple-server -N1, weft-loadgen
   simple-uring-c16 simple-uring-c400   the same on io_uring
+  simple-n2-c1 simple-n2-c16 simple-n2-c400 simple-uring-n2-c16   -N2 (cores 0,1; load on core 1)
+  pong-n2-c400                    weft-pong -N2, wrk
   echo echo-uring                 weft-echo -N1, one connection, 8-byte ping-pong (epoll, io_uring)
   pong-c16 pong-c400              weft-pong -N1, wrk
   pong-uring-c16 pong-uring-c400  the same on io_uring
@@ -83,18 +85,22 @@ def run_redis(port, test):
     m = re.findall(r"([0-9.]+) requests per second", out)
     return (float(m[-1]) if m else 0.0), float(n), 0.0
 
-def simple(uring, c):
+def simple(uring, c, n=1):
     env = {"WEFT_BACKEND": "uring"} if uring else {}
-    return ("0", env, lambda b, p: [b + "/weft-simple-server", str(p), "90", "323", "--manager", "weft", "+RTS", "-N1", "-RTS"],
+    return ("0" if n == 1 else "0,1", env,
+            lambda b, p: [b + "/weft-simple-server", str(p), "90", "323", "--manager", "weft", "+RTS", "-N%d" % n, "-RTS"],
             lambda p: run_loadgen(p, ["--conns", str(c)]))
 
-def pong(uring, c):
+def pong(uring, c, n=1):
     env = {"WEFT_BACKEND": "uring"} if uring else {}
-    return ("0", env, lambda b, p: [b + "/weft-pong", str(p), "+RTS", "-N1", "-RTS"], lambda p: run_wrk(p, c, "/"))
+    return ("0" if n == 1 else "0,1", env, lambda b, p: [b + "/weft-pong", str(p), "+RTS", "-N%d" % n, "-RTS"],
+            lambda p: run_wrk(p, c, "/"))
 
 cells = {
     "simple-c16": simple(False, 16), "simple-c400": simple(False, 400),
     "simple-uring-c16": simple(True, 16), "simple-uring-c400": simple(True, 400),
+    "simple-n2-c1": simple(False, 1, 2), "simple-n2-c16": simple(False, 16, 2), "simple-n2-c400": simple(False, 400, 2),
+    "simple-uring-n2-c16": simple(True, 16, 2), "pong-n2-c400": pong(False, 400, 2),
     "echo": ("0", {}, lambda b, p: [b + "/weft-echo", str(p), "--manager", "weft", "+RTS", "-N1", "-RTS"],
              lambda p: run_loadgen(p, ["--conns", "1", "--req", "8", "--reply", "8"])),
     "echo-uring": ("0", {"WEFT_BACKEND": "uring"}, lambda b, p: [b + "/weft-echo", str(p), "--manager", "weft", "+RTS", "-N1", "-RTS"],
@@ -118,7 +124,7 @@ for name in chosen:
     procs = {}
     for arm in ("base", "head"):
         port += 1
-        procs[arm] = (subprocess.Popen(["taskset", "-c", cores] + argv(bins[arm], port), env=dict(os.environ, **env, **arm_env[arm]),
+        procs[arm] = (subprocess.Popen(["taskset", "-c", cores] + argv(bins[arm], port), env=dict(os.environ, **{**env, **arm_env[arm]}),
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port)
     time.sleep(1.0)
     res = {"base": [], "head": []}
