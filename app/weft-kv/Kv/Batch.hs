@@ -445,7 +445,8 @@ armExpiry env key deadline us = do
 -- color marks it, so that neither a park nor a wake on the way lets it
 -- take anything, and its inbox gets the 'Expire'); an attempt already
 -- under way that pops is still answered with what it popped. Once
--- answered, timed out, unblocked or closed, the command is done: its registrations are removed and its
+-- answered, timed out, unblocked or closed, the command is done: its
+-- registrations are removed and its
 -- timer cancelled, and its keys' lists are announced again, which wakes
 -- the next in line for what is left. Each command in line either pops,
 -- or is done, or waits on a key with nothing in it, so the line moves.

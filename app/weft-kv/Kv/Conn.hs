@@ -182,7 +182,8 @@ data Blocked = Blocked
   , blkAttempting :: !Bool
     -- ^ An attempt is under way.
   , blkExpired :: !(Maybe Reply)
-    -- ^ Its time ran out during an attempt.
+    -- ^ What it ends with, once its time ran out or CLIENT UNBLOCK ended
+    -- it while an attempt was under way (or before its inbox told it).
   , blkTimer :: !(Maybe TimeoutKey)
   }
 
