@@ -1240,6 +1240,16 @@ serverSpec = do
       run a [["BLPOP", "bt:none", "-1"], ["BLPOP", "bt:none", "x"], ["SET", "bt:s", "v"], ["BLPOP", "bt:none", "bt:s", "0"], ["BLMOVE", "bt:none", "bt:dst", "UP", "LEFT", "0"]]
         `shouldReturn` [ RError "ERR timeout is negative", RError "ERR timeout is not a float or out of range", ok, wrongType, RError "ERR syntax error" ]
 
+  it "names a connection with CLIENT SETNAME, its own name only, and refuses names with spaces" $ \addr ->
+    withClient addr $ \a -> withClient addr $ \b -> do
+      run a [["CLIENT", "GETNAME"], ["CLIENT", "SETNAME", "worker-1"], ["CLIENT", "GETNAME"]]
+        `shouldReturn` [RNil, ok, bulk "worker-1"]
+      cmd b ["CLIENT", "GETNAME"] `shouldReturn` RNil
+      run a [["CLIENT", "SETNAME", "two words"], ["CLIENT", "SETNAME", "new\nline"], ["CLIENT", "GETNAME"]]
+        `shouldReturn` replicate 2 (RError "ERR Client names cannot contain spaces, newlines or special characters.") ++ [bulk "worker-1"]
+      run a [["CLIENT", "SETNAME", ""], ["CLIENT", "GETNAME"], ["CLIENT", "GETNAME", "x"]]
+        `shouldReturn` [ok, RNil, RError "ERR wrong number of arguments for 'client|getname' command"]
+
   it "ends a blocked command from another client with CLIENT UNBLOCK (its empty reply, or an error), and only a blocked one" $ \addr ->
     withClient addr $ \a -> withClient addr $ \b -> do
       _ <- cmd b ["DEL", "bu:q"]

@@ -166,13 +166,21 @@ flushCommand args = case map upper args of
   _ -> Answer syntaxError
   where flush = Flushing
 
--- | CLIENT ID, and CLIENT UNBLOCK id [TIMEOUT|ERROR]: 1 if the connection
--- with that id was blocked, and is no more, else 0. Other subcommands
--- are refused, as redis refuses one it lacks.
+-- | CLIENT ID; CLIENT SETNAME and GETNAME (the connection's name: printable
+-- ASCII without spaces, empty for none); and CLIENT UNBLOCK id
+-- [TIMEOUT|ERROR]: 1 if the connection with that id was blocked, and is
+-- no more, else 0. Other subcommands are refused, as redis refuses one
+-- it lacks.
 clientCommand :: [ByteString] -> Plan
 clientCommand (sub : rest) = case (upper sub, rest) of
   ("ID", []) -> OnClients ClientId
   ("ID", _) -> arity "id"
+  ("SETNAME", [name])
+    | B.all (\b -> b >= 33 && b <= 126) name -> OnClients (ClientSetName (B.copy name))
+    | otherwise -> Answer (RError "ERR Client names cannot contain spaces, newlines or special characters.")
+  ("SETNAME", _) -> arity "setname"
+  ("GETNAME", []) -> OnClients ClientGetName
+  ("GETNAME", _) -> arity "getname"
   ("UNBLOCK", [target]) -> unblock target False
   ("UNBLOCK", [target, how]) -> case upper how of
     "TIMEOUT" -> unblock target False

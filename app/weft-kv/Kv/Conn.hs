@@ -85,6 +85,8 @@ data Conn = Conn
   , connColor   :: !Int
   , connId      :: !Int
     -- ^ Unique among the server's connections (CLIENT ID).
+  , connName    :: !(IORef ByteString)
+    -- ^ CLIENT SETNAME's name; empty for none.
   , connDecoder :: !(IORef Decoder)
   , connCounts  :: !(MutablePrimArray RealWorld Int)
     -- ^ Unboxed counts, updated for every command and reply: 'seqCount',

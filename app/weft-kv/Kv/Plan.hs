@@ -95,6 +95,9 @@ data ClientCall
   = ClientId
     -- ^ The connection's id: unique among the server's connections
     -- for as long as it runs.
+  | ClientSetName !ByteString
+    -- ^ Name the connection (its own copy; empty: no name).
+  | ClientGetName
   | ClientUnblock !Int !Bool
     -- ^ End the blocking command that the connection with this id waits
     -- on: with its empty reply, as if its time were up ('False'), or with

@@ -214,7 +214,7 @@ adopt env (sock, peer) = do
       counts <- newPrimArray 3
       setPrimArray counts 0 3 0
       cid <- atomicModifyIORef' (envNextId env) (\i -> (i + 1, i))
-      c <- Conn sock peer fw color cid <$> newIORef newDecoder <*> pure counts
+      c <- Conn sock peer fw color cid <$> newIORef B.empty <*> newIORef newDecoder <*> pure counts
              <*> newIORef IntMap.empty <*> newOut <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
              <*> newIORef Nothing <*> newIORef []
