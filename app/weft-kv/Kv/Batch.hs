@@ -522,7 +522,7 @@ parked env c s = withBlocked c s $ \blk0 -> do
             (deliver env c [Then s (Expire (blockEmpty b))] `catch` \RuntimeClosed -> return ())
         attemptAgain env c blk { blkRegistered = True, blkTimer = timer }
   case blkExpired blk of
-    Just r -> endBlock env c blk >> place c s r
+    Just r -> answerBlocked env c s blk r
     Nothing | not (blkRegistered blk) -> register
             | otherwise -> do
                 st <- readIORef (blkState blk)
@@ -535,7 +535,7 @@ parked env c s = withBlocked c s $ \blk0 -> do
 woken :: Env -> Conn -> Int -> IO ()
 woken env c s = withBlocked c s $ \blk -> unless (blkAttempting blk) $ case blkExpired blk of
   -- Ended by CLIENT UNBLOCK, its inbox on the way: it takes nothing.
-  Just r -> endBlock env c blk >> place c s r
+  Just r -> answerBlocked env c s blk r
   Nothing -> do
     st <- readIORef (blkState blk)
     when (st == wWoken) $ writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
@@ -554,7 +554,11 @@ expired env c s r0 = withBlocked c s $ \blk -> do
   let r = fromMaybe r0 (blkExpired blk)
   if blkAttempting blk
     then writeIORef (connBlocked c) (Just blk { blkExpired = Just r })
-    else endBlock env c blk >> place c s r
+    else answerBlocked env c s blk r
+
+-- | End the blocking command, answering it this.
+answerBlocked :: Env -> Conn -> Int -> Blocked -> Reply -> IO ()
+answerBlocked env c s blk r = endBlock env c blk >> place c s r
 
 -- | CLIENT UNBLOCK, on the connection's color: end its blocking command
 -- with its empty reply or the @UNBLOCKED@ error, through its inbox as a
