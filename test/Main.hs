@@ -24,6 +24,7 @@ import qualified Test.Eviction
 import qualified Test.Lifecycle
 import qualified Test.Http
 import qualified Test.Kv
+import qualified Test.KvMulti
 import qualified Test.Mixing
 import qualified Test.Net
 import qualified Test.Packet
@@ -51,6 +52,7 @@ main = do
     Test.Wheel.spec
     Test.Http.spec
     Test.Kv.spec
+    Test.KvMulti.spec
     Test.ColorQueues.spec
     Test.Color.spec
     Test.Packet.spec

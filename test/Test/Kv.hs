@@ -4,7 +4,25 @@
 -- its own Weft.Color runtime): each command's reply, reply order across
 -- key colors under pipelining, protocol errors that close one connection
 -- while others are served, the bulk-string limit, and expiry.
-module Test.Kv (spec) where
+module Test.Kv
+  ( spec
+    -- * A server and its clients, for the other weft-kv tests
+  , withKv
+  , withKvConfig
+  , Client
+  , withClient
+  , sendRaw
+  , replies
+  , run
+  , cmd
+  , waitBlocked
+  , nothingYet
+  , bulk
+  , ok
+  , wrongType
+  , withRedis
+  , differential
+  ) where
 
 import Control.Concurrent
 import Control.Concurrent.Async (async, forConcurrently_, wait)
@@ -21,7 +39,7 @@ import Data.Functor.Identity (runIdentity)
 import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.POSIX (getPOSIXTime)
-import Data.List (sort, sortOn)
+import Data.List (sort, sortOn, zip4)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -542,7 +560,8 @@ differential kv redis cmds = withClient kv $ \a -> withClient redis $ \b ->
 -- and compared. The failure's report, if any.
 generatedPipelines :: Int -> Int -> Int -> (Client -> Client -> [[ByteString]] -> IO ()) -> Client -> Client -> IO (Maybe String)
 generatedPipelines cases pipes cmds send a b = do
-  let pipelines = resize pipes (listOf1 (resize cmds (listOf1 genCommand)))
+  let step = frequency [(15, (: []) <$> genCommand), (1, genTransaction)]
+      pipelines = resize pipes (listOf1 (concat <$> resize cmds (listOf1 step)))
   result <- quickCheckWithResult stdArgs { maxSuccess = cases, chatty = False } $
     forAll pipelines $ \ps -> ioProperty $ do
       pipelined a b [["FLUSHALL"]]
@@ -568,8 +587,21 @@ pipelinedWith sendToKv a b cmds = do
   let sent who c = handle (\(e :: SomeException) -> fail (who ++ " on " ++ show cmds ++ ": " ++ show e)) c
   ras <- sent "weft-kv" (sendToKv a (B.concat (map encodeCommand cmds)) >> replies a (length cmds))
   rbs <- sent "redis-server" (run b cmds)
-  forM_ (zip3 cmds ras rbs) $ \(c, ra, rb) -> (c, unordered c ra) `shouldBe` (c, unordered c rb)
+  forM_ (zip4 cmds (inOrder cmds) ras rbs) $ \(c, norm, ra, rb) -> (c, norm ra) `shouldBe` (c, norm rb)
   where
+    -- How to compare each command's reply: an EXEC's as its queued
+    -- commands' replies (a transaction opens and closes in one pipeline).
+    inOrder = go Nothing
+      where
+        go _ [] = []
+        go queued (c : rest) = case (map upper (take 1 c), queued) of
+          (["MULTI"], Nothing) -> id : go (Just []) rest
+          (["EXEC"], Just q) -> execReply (reverse q) : go Nothing rest
+          (["DISCARD"], Just _) -> id : go Nothing rest
+          ([name], Just q) | name `notElem` ["MULTI", "WATCH"] -> id : go (Just (c : q)) rest
+          _ -> unordered c : go queued rest
+        execReply q (RArray rs) | length rs == length q = RArray (zipWith unordered q rs)
+        execReply _ r = r
     unordered (name : _) r = case (upper name, r) of
       ("KEYS", RArray xs) -> RArray (sortOn show xs)
       (set, RArray xs) | set `elem` ["SMEMBERS", "SINTER", "SUNION", "SDIFF"] -> RArray (sortOn show xs)
@@ -582,6 +614,15 @@ pipelinedWith sendToKv a b cmds = do
 
 ------------------------------------------------------------------------------
 -- Commands as clients send them, for the differential test
+
+-- | A transaction: MULTI, a few commands, and EXEC or DISCARD; the
+-- commands may include WATCH (refused inside MULTI), and commands that
+-- are refused when queued (unknown, bad arity: EXEC then aborts).
+genTransaction :: Gen [[ByteString]]
+genTransaction = do
+  body <- resize 5 (listOf genCommand)
+  end <- frequency [(4, pure "EXEC"), (1, pure "DISCARD")]
+  return ([["MULTI"]] ++ body ++ [[end]])
 
 -- | A command on the few keys of a test, with arguments drawn from what
 -- trips servers up: integers at the 64-bit edges, floats redis reads
@@ -682,6 +723,8 @@ genCommand = frequency
   , (1, args [word "KEYS", pattern])
   , (1, args [word "SELECT", integer])
   , (1, args [elements' ["PING", "ECHO", "FOO", "GET", "ZADD", "SET"]])
+  , (1, args [word "WATCH", keys])
+  , (1, args [word "UNWATCH"])
   ]
   where
     args gs = concat <$> sequence gs
@@ -779,6 +822,27 @@ serverSpec = do
       , ["FOO"], ["FOO", "a", "b"], ["foo", "a b", "c\r\nd"]
       , ["NOSUCH", B.replicate 100 120, B.replicate 100 121, "z"]
       , [B.replicate 200 110, "x"] ]
+ it "answers MULTI, EXEC, DISCARD, WATCH and UNWATCH exactly as redis-server does" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> differential kv redis
+      [ ["EXEC"], ["DISCARD"], ["UNWATCH"], ["MULTI", "x"], ["EXEC", "x"], ["WATCH"]
+      , ["MULTI"], ["SET", "t:a", "1"], ["INCR", "t:a"], ["LPUSH", "t:a", "x"], ["GET", "t:a"], ["MULTI"], ["WATCH", "t:a"]
+      , ["BLPOP", "t:none", "0"], ["BLMOVE", "t:none", "t:d", "LEFT", "LEFT", "0"], ["BZPOPMIN", "t:none", "0"]
+      , ["MGET", "t:a", "t:b"], ["DBSIZE"], ["KEYS", "t:*"], ["UNWATCH"], ["PING"], ["EXEC"]
+      , ["MULTI"], ["SET", "t:b", "1"], ["NOSUCH", "x"], ["GET"], ["SET", "t:c", "1"], ["EXEC"], ["EXISTS", "t:b", "t:c"]
+      , ["MULTI"], ["SET", "t:b", "1"], ["DISCARD"], ["EXISTS", "t:b"], ["EXEC"]
+      , ["MULTI"], ["EXEC"]
+      , ["WATCH", "t:a", "t:w"], ["SET", "t:a", "2"], ["MULTI"], ["SET", "t:b", "1"], ["EXEC"], ["EXISTS", "t:b"]
+      , ["WATCH", "t:w"], ["MULTI"], ["SET", "t:b", "2"], ["EXEC"], ["GET", "t:b"]
+      , ["WATCH", "t:a"], ["UNWATCH"], ["SET", "t:a", "3"], ["MULTI"], ["GET", "t:a"], ["EXEC"]
+      , ["WATCH", "t:a"], ["SET", "t:a", "4"], ["MULTI"], ["DISCARD"], ["MULTI"], ["GET", "t:a"], ["EXEC"]
+      , ["WATCH", "t:a"], ["EXPIRE", "t:a", "100"], ["MULTI"], ["PING"], ["EXEC"]
+      , ["WATCH", "t:a", "t:none"], ["FLUSHALL"], ["MULTI"], ["PING"], ["EXEC"]
+      , ["WATCH", "t:none"], ["FLUSHALL"], ["MULTI"], ["PING"], ["EXEC"]
+      , ["MULTI"], ["SET", "t:a", "1"], ["FLUSHDB"], ["SET", "t:b", "2"], ["DBSIZE"], ["EXEC"]
+      , ["MULTI"], ["MULTI", "x"], ["SET", "t:z", "1"], ["EXEC"], ["EXISTS", "t:z"]
+      , ["MULTI"], ["SET", "t:z", "1"], ["EXEC", "x"], ["EXEC"], ["EXISTS", "t:z"] ]
  it "answers SETNX, GETSET, APPEND, STRLEN, PERSIST, SREM and HDEL exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

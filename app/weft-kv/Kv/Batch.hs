@@ -3,7 +3,10 @@
 -- numbers and go to their keys' colors, one event per color for the
 -- batch (Note [Batches per color]), and their results go back to the
 -- connection's color ('envResults'). Also multi-key and store-wide
--- commands, and key expiry on weft timers.
+-- commands, the blocked commands, and key expiry on weft timers. Over 600
+-- lines: the dispatch and the blocked commands call each other (an
+-- attempt is a plan the dispatch starts, and its outcome comes back
+-- through it), so they share this module.
 module Kv.Batch
   ( dispatch
   , continuePlan
@@ -26,17 +29,17 @@ import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTim
 
 import Kv.Command
 import Kv.Conn
-import Kv.Out (piece)
-import Kv.Plan (Block (..), ClientCall (..), ok)
+import Kv.Gate (gated)
+import Kv.Plan (Block (..), ClientCall (..), TxCall (..), ok)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
 import Kv.Store
+import Kv.Transaction
 import Kv.Waiters
 
-hCommand, hCommandSoon, hReply, hExpire :: Handler
+hCommand, hCommandSoon, hExpire :: Handler
 hCommand = handler "kv-command"
 hCommandSoon = (handler "kv-command") { handlerPriority = 1 }
-hReply = handler "kv-reply"
 hExpire = handler "kv-expire"
 
 -- Note [Large batches run first]
@@ -130,41 +133,91 @@ dispatch env c (Held blocks0 i0 malformed _) = do
       -- The rest waits until this window's replies are out (Note
       -- [Back-pressure on large replies] in "Kv.Conn").
       | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
-    go k blocks@(cs : more) i !groups = case plan cs i of
-      Surveying op -> storeWide $ \s -> do
-        colors <- occupiedColors (envStore env)
-        if null colors then place c s (joinSurvey op []) >> onward groups else do
-          parts <- newIORef (length colors, [])
-          onward (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
-      Flushing -> storeWide $ \s -> do
-        colors <- occupiedColors (envStore env)
-        if null colors then place c s ok >> onward groups else do
-          left <- newIORef (length colors)
-          onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
-      Live f -> do
-        s <- takeSeq c
-        f (envStore env) >>= place c s
-        onward groups
-      Blocking b -> do
-        s <- takeSeq c
-        groups' <- startBlock env c s b groups
-        -- The commands after it wait until it is answered (Note [Blocked
-        -- commands]).
-        (False, groups') <$ writeIORef (connHeld c) heldAfter
-      Answer r -> do
-        s <- takeSeq c
-        place c s r
-        if isQuit (argAt cs i 0) then return (True, groups) else onward groups
-      steps@(Steps {}) -> do
-        s <- takeSeq c
-        groups' <- keyWork env c s steps groups
-        -- The commands after it wait until it is done (Note [Multi-key
-        -- commands]).
-        (False, groups') <$ writeIORef (connHeld c) heldAfter
-      onKeys -> do
-        s <- takeSeq c
-        keyWork env c s onKeys groups >>= onward
+    go k blocks@(cs : more) i !groups = do
+      multi <- readIORef (connMulti c)
+      case multi of
+        -- After MULTI, commands are queued (Note [Transactions] in
+        -- "Kv.Transaction").
+        Just m | not (runsInMulti (argAt cs i 0)) -> do
+          s <- takeSeq c
+          queueCommand c m cs i >>= place c s
+          onward groups
+        -- One that runs at once but is refused (MULTI with arguments)
+        -- fails the transaction too.
+        Just (Multi q n _) | Just refusal <- queueable cs i -> do
+          writeIORef (connMulti c) (Just (Multi q n True))
+          answer (return refusal)
+        _ -> planned
       where
+        planned = case plan cs i of
+          Transaction t -> transaction t
+          Surveying op -> storeWide $ \s -> do
+            colors <- occupiedColors (envStore env)
+            if null colors then place c s (joinSurvey op []) >> onward groups else do
+              parts <- newIORef (length colors, [])
+              onward (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
+          Flushing -> storeWide $ \s -> do
+            colors <- occupiedColors (envStore env)
+            if null colors then place c s ok >> onward groups else do
+              left <- newIORef (length colors)
+              onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
+          Live f -> do
+            s <- takeSeq c
+            f (envStore env) >>= place c s
+            onward groups
+          Blocking b -> do
+            s <- takeSeq c
+            groups' <- startBlock env c s b groups
+            -- The commands after it wait until it is answered (Note [Blocked
+            -- commands]).
+            (False, groups') <$ writeIORef (connHeld c) heldAfter
+          Answer r -> do
+            s <- takeSeq c
+            place c s r
+            if isQuit (argAt cs i 0) then return (True, groups) else onward groups
+          steps@(Steps {}) -> do
+            s <- takeSeq c
+            groups' <- keyWork env c s steps groups
+            -- The commands after it wait until it is done (Note [Multi-key
+            -- commands]).
+            (False, groups') <$ writeIORef (connHeld c) heldAfter
+          onKeys -> do
+            s <- takeSeq c
+            keyWork env c s onKeys groups >>= onward
+        -- MULTI, EXEC, DISCARD, WATCH and UNWATCH.
+        transaction t = case t of
+          TxMulti -> answer $ readIORef (connMulti c) >>= \m -> case m of
+            Just _ -> return (RError "ERR MULTI calls can not be nested")
+            Nothing -> ok <$ writeIORef (connMulti c) (Just (Multi [] 0 False))
+          TxDiscard -> answer $ readIORef (connMulti c) >>= \m -> case m of
+            Nothing -> return (RError "ERR DISCARD without MULTI")
+            Just _ -> ok <$ abandonTransaction env c
+          TxUnwatch -> answer (ok <$ unwatchAll env c)
+          TxWatch keys -> readIORef (connMulti c) >>= \m -> case m of
+            Just _ -> answer (return (RError "ERR WATCH inside MULTI is not allowed"))
+            Nothing -> storeWide $ \s -> do
+              watchKeys env c keys
+              place c s ok
+              onward groups
+          TxExecRefused -> answer $
+            RError "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command" <$ abandonTransaction env c
+          TxExec -> readIORef (connMulti c) >>= \m -> case m of
+            Nothing -> answer (return (RError "ERR EXEC without MULTI"))
+            Just (Multi _ _ True) -> answer $
+              RError "EXECABORT Transaction discarded because of previous errors." <$ abandonTransaction env c
+            Just (Multi queued _ False) -> storeWide $ \s -> do
+              writeIORef (connMulti c) Nothing
+              watching <- readIORef (connWatching c)
+              writeIORef (connWatching c) Nothing
+              let postTo color act = post (envRuntime env) color hCommand act `catch` \RuntimeClosed -> return ()
+                  reply r = whole s r >>= \done -> deliver env c [done]
+              runTransaction env c postTo (armExpiry env) reply watching (reverse queued)
+              -- The commands after it wait until it is answered.
+              (False, groups) <$ writeIORef (connHeld c) heldAfter
+        answer act = do
+          s <- takeSeq c
+          act >>= place c s
+          onward groups
         -- The next command, in this read's commands or the next ones.
         j = nextCommand cs i
         onward g | j >= commandsEnd cs = go (k + 1) more 0 g
@@ -240,7 +293,7 @@ startGroups env c h groups = case groups of
   NoWork -> return ()
   OneColor color works -> start color works
   Colors m -> forM_ (IntMap.toList m) (uncurry start)
-  where start color works = post (envRuntime env) color h (runWorks env c color (reverse works))
+  where start color works = post (envRuntime env) color h (gated (envGates env) color (runWorks env c color (reverse works)))
 
 -- | The rest of a multi-key command, as its parts decided, on the
 -- connection's color (Note [Multi-key commands]).
@@ -358,43 +411,6 @@ runWorks env c color works = do
   results <- go [] works
   unless (null results) $ deliver env c (reverse results)
 
--- Note [One reply event per inbox]
--- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
--- A read's commands on random keys go to as many key colors as there are
--- commands, and each color's event has results for the connection. Were
--- each to post its own event to the connection's color, a pipeline of 16
--- such commands would cost 33 events, each a post, a turn of the
--- connection's color and a walk of its replies. So the key colors leave
--- their results in the connection's inbox ('connInbox', the one field of
--- a 'Conn' that other colors write, always with an atomic update), and
--- only the color whose results find the inbox empty posts the reply
--- event; that event takes everything in the inbox when it runs. Every result is taken: a result
--- that finds the inbox not empty is put beside results whose reply event
--- has been posted and has not yet taken them, and that event takes it
--- too. A reply event never finds the inbox empty, since only reply events
--- empty it and each was posted by a result that made it not empty. The
--- results of one color's batch stay in their order; batches of different
--- colors are in no particular order, as they were as separate events
--- (Note [Reply order] in "Kv.Conn" puts replies in order).
-
--- | Hand a key color's results for the connection to its color (Note
--- [One reply event per inbox]).
-deliver :: Env -> Conn -> [Result] -> IO ()
-deliver env c results = do
-  first <- atomicModifyIORef' (connInbox c) (\batches -> (results : batches, null batches))
-  when first $ post (envRuntime env) (connColor c) hReply takeInbox
-  where
-    takeInbox = do
-      batches <- atomicModifyIORef' (connInbox c) (\batches -> ([], batches))
-      envResults env c $ case batches of
-        [one] -> one
-        _ -> concat (reverse batches)
-
--- | A command's reply as a result, made ready here (in IO, so that it is
--- made now, not left as a thunk holding the command's work).
-whole :: Int -> Reply -> IO Result
-whole s r = let !done = piece r in return (Whole s done)
-
 ------------------------------------------------------------------------------
 -- Expiry
 
@@ -407,8 +423,9 @@ armExpiry env key deadline us = do
   mgr <- getSystemTimerManager
   let !owned = B.copy key
   registerTimeout mgr us $
-    post (envRuntime env) (keyColor (envStore env) owned) hExpire (expireDue (envStore env) (armExpiry env) owned deadline)
-      `catch` \RuntimeClosed -> return ()
+    let color = keyColor (envStore env) owned
+    in post (envRuntime env) color hExpire (gated (envGates env) color (expireDue (envStore env) (armExpiry env) owned deadline))
+         `catch` \RuntimeClosed -> return ()
 
 
 ------------------------------------------------------------------------------
@@ -428,7 +445,10 @@ armExpiry env key deadline us = do
 -- 'Waker' on each key's color ("Kv.Waiters", atomic updates of a map the
 -- key colors read), arms its timeout, and attempts once more: a push
 -- that came between the first attempt and the registrations is seen by
--- the second attempt, and one after them finds the registration.
+-- the second attempt, and one after them finds the registration. Only
+-- the first attempt answers WRONGTYPE for a key of another type; later
+-- ones count it as empty, as redis leaves a blocked client blocked when
+-- its key is set to another type.
 --
 -- Blocking commands are served in the order they started (their
 -- tickets, 'takeTicket'), one at a time per key, as redis serves them
@@ -501,7 +521,7 @@ attemptPlan env blk = do
   let store = envStore env
       keys = blockKeys (blkBlock blk)
   mine <- filterM (\k -> firstInLine (storeWaiters store) (keyColor store k) k (blkTicket blk)) keys
-  return (blockAttempt (blkBlock blk) (`elem` mine))
+  return (blockAttempt (blkBlock blk) (blkRegistered blk) (`elem` mine))
 
 -- | An attempt found nothing.
 parked :: Env -> Conn -> Int -> IO ()

@@ -8,12 +8,11 @@
 -- 'plan' turns a decoded command into a 'Plan' on the connection's color:
 -- an answer that needs no key, an operation on one key, operations on
 -- several keys whose replies are joined (Note [Multi-key commands] in
--- "Kv.Server"), or one on every key color. The operations themselves are
+-- "Kv.Batch"), or one on every key color. The operations themselves are
 -- pure ('KeyOp'); "Kv.Store" runs them on their key's color. This module
--- has the table, the server, string and key commands; "Kv.Bytes"
--- GETRANGE, SETRANGE and the bit commands; "Kv.Lcs" LCS; "Kv.Copy"
--- RENAME and COPY;
--- "Kv.Lists",
+-- has the table, the string and key commands; "Kv.Admin" the server,
+-- connection and transaction commands; "Kv.Bytes" GETRANGE, SETRANGE and
+-- the bit commands; "Kv.Lcs" LCS; "Kv.Copy" RENAME and COPY; "Kv.Lists",
 -- "Kv.Sets", "Kv.Hashes" and "Kv.ZSets" the commands on lists, sets,
 -- hashes and sorted sets. Each follows
 -- redis 7.0: its arguments, its checks in their order, its replies and
@@ -21,23 +20,22 @@
 module Kv.Command
   ( Plan (..)
   , plan
+  , planArgs
+  , queueable
+  , runsInMulti
   , isQuit
   ) where
 
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import qualified Data.ByteString.Char8 as C
-import Data.Char (toLower)
 import Data.Bits (xor, (.&.))
 import qualified Data.IntMap.Strict as IntMap
 import Data.Word (Word64)
-import qualified Data.Map.Strict as Map
 import Data.Maybe (isJust)
-import qualified Data.Set as Set
 
+import Kv.Admin (serverCommands)
 import Kv.Bytes (byteCommands)
 import Kv.Copy (copyCommands)
-import Kv.Deque (dequeToList)
 import Kv.Hashes (hashCommands)
 import Kv.Lcs (lcsCommands)
 import Kv.Lists (listCommands)
@@ -47,8 +45,7 @@ import Kv.Resp
 import Kv.Sets (setCommands)
 import Kv.Store
 import Kv.Str (Str, strCopy, strLength, strString)
-import Kv.Text (LongDoubleSum (..), addLongDouble, globMatch)
-import Kv.Waiters (blockedClients)
+import Kv.Text (LongDoubleSum (..), addLongDouble)
 import Kv.ZSets (zsetCommands)
 import Weft.Net (byteAt)
 
@@ -56,22 +53,52 @@ import Weft.Net (byteAt)
 isQuit :: ByteString -> Bool
 isQuit = nameIs "QUIT"
 
+-- | Whether a command runs at once inside MULTI rather than being
+-- queued (as in redis: EXEC, DISCARD, MULTI, WATCH and QUIT).
+runsInMulti :: ByteString -> Bool
+runsInMulti name = any (`nameIs` name) ["EXEC", "DISCARD", "MULTI", "WATCH", "QUIT"]
+
+-- | Whether the command at an index may be queued in a transaction: its
+-- name is known and its arity fits; else redis's error, which fails the
+-- transaction (EXECABORT).
+queueable :: Commands -> Int -> Maybe Reply
+queueable cs i = case lookupCommand name of
+  Just (arity, _)
+    | arityOk arity (argCount cs i - 1) -> Nothing
+    | otherwise -> Just (arityError name)
+  Nothing -> Just (unknownCommand name (argsFrom cs i 1))
+  where name = argAt cs i 0
+
+-- | The plan for a command given as its arguments, the name first (a
+-- queued command, "Kv.Transaction").
+planArgs :: [ByteString] -> Plan
+planArgs [] = Answer (RError "ERR empty command")
+planArgs (name : args) = case lookupCommand name of
+  Just (arity, build)
+    | arityOk arity (length args) -> build args
+    | otherwise -> Answer (arityError name)
+  Nothing -> Answer (unknownCommand name args)
+
 -- | The plan for the command at an index of a read's commands.
 -- Unknown commands and bad arguments are answered with an error.
 plan :: Commands -> Int -> Plan
 plan cs i = case lookupCommand name of
   Just (arity, build)
     | arityOk arity (argCount cs i - 1) -> let !args = argsFrom cs i 1 in build args
-    | otherwise -> Answer (RError ("ERR wrong number of arguments for '" <> lower (printable name) <> "' command"))
+    | otherwise -> Answer (arityError name)
   Nothing -> Answer (unknownCommand name (argsFrom cs i 1))
   where
     name = argAt cs i 0
-    arityOk (Exactly n) k = k == n
-    arityOk (AtLeast n) k = k >= n
-    arityOk (Between lo hi) k = k >= lo && k <= hi
 
-lower :: ByteString -> ByteString
-lower = C.map toLower
+-- | Does a count of arguments (after the name) fit an arity?
+arityOk :: Arity -> Int -> Bool
+arityOk (Exactly n) k = k == n
+arityOk (AtLeast n) k = k >= n
+arityOk (Between lo hi) k = k >= lo && k <= hi
+
+-- | redis's error for a command given the wrong number of arguments.
+arityError :: ByteString -> Reply
+arityError name = RError ("ERR wrong number of arguments for '" <> lower (printable name) <> "' command")
 
 -- | redis's error for an unknown command: the name and the first
 -- arguments, quoted, up to 128 bytes of each (newlines as spaces).
@@ -82,11 +109,6 @@ unknownCommand name args =
     go acc (a : rest) | B.length acc < 128 = go (acc <> "'" <> quoted (128 - B.length acc) a <> "' ") rest
     go acc _ = acc
     quoted n = B.map (\c -> if c == 13 || c == 10 then 32 else c) . B.take n
-
--- | Text that is safe inside an error reply: at most 64 bytes, controls
--- (CR, LF among them) replaced with spaces.
-printable :: ByteString -> ByteString
-printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 
 -- | The command table, by 'nameHash' of the name; each entry keeps its
 -- name, to tell apart names that hash alike. A lookup hashes the name once
@@ -121,179 +143,10 @@ nameIs known name = B.length known == B.length name && go 0
 nameHash :: ByteString -> Int
 nameHash = fromIntegral . B.foldl' (\h b -> (h `xor` fromIntegral (b .&. 0xdf)) * 1099511628211) (14695981039346656037 :: Word64)
 
-------------------------------------------------------------------------------
--- Server commands
-
-serverCommands :: [Command]
-serverCommands =
-  [ ("PING", (Between 0 1, \a -> Answer (case a of [m] -> RBulk m; _ -> RSimple "PONG")))
-  , ("ECHO", (Exactly 1, \[m] -> Answer (RBulk m)))
-  , ("QUIT", (Exactly 0, \_ -> Answer ok))
-  , ("SELECT", (Exactly 1, \[db] -> withInt db (\n -> Answer (selectReply n))))
-  , ("CONFIG", (AtLeast 1, configCommand))
-  , ("COMMAND", (AtLeast 0, \_ -> Answer (RArray [])))
-  , ("DBSIZE", (Exactly 0, \_ -> Surveying CountKeys))
-  , ("KEYS", (Exactly 1, \[pat] -> Surveying (MatchKeys (matcher pat))))
-  , ("FLUSHDB", (AtLeast 0, flushCommand))
-  , ("FLUSHALL", (AtLeast 0, flushCommand))
-  , ("FUNCTION", (AtLeast 1, functionCommand))
-  , ("INFO", (AtLeast 0, \_ -> Live infoReply))
-  , ("MEMORY", (AtLeast 1, memoryCommand))
-  , ("HELLO", (AtLeast 0, helloCommand))
-  , ("TIME", (Exactly 0, \_ -> Live (\_ -> timeReply <$> readNow)))
-  , ("CLIENT", (AtLeast 1, clientCommand))
-  ]
-  where
-    -- One database: redis's int check, then index 0 only.
-    selectReply n
-      | n < -2147483648 || n > 2147483647 =
-          RError "ERR value is out of range, value must between -2147483648 and 2147483647"
-      | n == 0 = ok
-      | otherwise = RError "ERR DB index is out of range"
-    -- "*" matches every key, the empty one too (redis's special case).
-    matcher pat = if pat == "*" then const True else globMatch False (B.copy pat)
-
--- | TIME: the wall clock, seconds and microseconds since the epoch.
-timeReply :: Now -> Reply
-timeReply now = RArray [ RBulk (C.pack (show s)), RBulk (C.pack (show us)) ]
-  where (s, us) = nowWallMicros now `quotRem` 1000000
-
--- | FLUSHDB / FLUSHALL [ASYNC|SYNC]: both delete every key at once.
-flushCommand :: [ByteString] -> Plan
-flushCommand args = case map upper args of
-  [] -> flush
-  [mode] | mode == "ASYNC" || mode == "SYNC" -> flush
-  _ -> Answer syntaxError
-  where flush = Flushing
-
--- | CLIENT ID; CLIENT SETNAME and GETNAME (the connection's name: printable
--- ASCII without spaces, empty for none); and CLIENT UNBLOCK id
--- [TIMEOUT|ERROR]: 1 if the connection with that id was blocked, and is
--- no more, else 0. Other subcommands are refused, as redis refuses one
--- it lacks.
-clientCommand :: [ByteString] -> Plan
-clientCommand (sub : rest) = case (upper sub, rest) of
-  ("ID", []) -> OnClients ClientId
-  ("ID", _) -> arity "id"
-  ("SETNAME", [name])
-    | B.all (\b -> b >= 33 && b <= 126) name -> OnClients (ClientSetName (B.copy name))
-    | otherwise -> Answer (RError "ERR Client names cannot contain spaces, newlines or special characters.")
-  ("SETNAME", _) -> arity "setname"
-  ("GETNAME", []) -> OnClients ClientGetName
-  ("GETNAME", _) -> arity "getname"
-  ("UNBLOCK", [target]) -> unblock target False
-  ("UNBLOCK", [target, how]) -> case upper how of
-    "TIMEOUT" -> unblock target False
-    "ERROR" -> unblock target True
-    _ -> Answer (RError "ERR CLIENT UNBLOCK reason should be TIMEOUT or ERROR")
-  ("UNBLOCK", _) -> arity "unblock"
-  _ -> Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try CLIENT HELP."))
-  where
-    unblock target withError = withInt target (\i -> OnClients (ClientUnblock i withError))
-    arity name = Answer (RError ("ERR wrong number of arguments for 'client|" <> name <> "' command"))
-clientCommand [] = Answer (RError "ERR wrong number of arguments for 'client' command")
-
--- | FUNCTION: weft-kv runs no scripts, so it holds no functions. FUNCTION
--- FLUSH [ASYNC|SYNC] succeeds with nothing to delete (clients and test
--- harnesses send it to start from a clean server); FUNCTION LIST answers
--- the empty library list; every other subcommand is refused.
-functionCommand :: [ByteString] -> Plan
-functionCommand (sub : rest) = case (upper sub, map upper rest) of
-  ("FLUSH", []) -> Answer ok
-  ("FLUSH", [mode]) | mode == "ASYNC" || mode == "SYNC" -> Answer ok
-  ("FLUSH", _) -> Answer syntaxError
-  ("LIST", _) -> Answer (RArray [])
-  _ -> Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try FUNCTION HELP."))
-functionCommand [] = Answer (RError "ERR wrong number of arguments for 'function' command")
-
--- | INFO, whatever sections are asked for: the server section and the
--- blocked clients, in redis's "field:value" lines, with what clients and test harnesses read
--- from it. weft-kv speaks redis 7.0's protocol; its memory is GHC's heap,
--- not jemalloc's (so allocator-specific checks are left out).
-infoReply :: Store -> IO Reply
-infoReply store = do
-  blocked <- blockedClients (storeWaiters store)
-  return $ RBulk $ B.concat [ line <> "\r\n" | line <-
-    [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
-    , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc", ""
-    , "# Clients", "blocked_clients:" <> C.pack (show blocked) ] ]
-
--- | MEMORY USAGE key [SAMPLES n]: an estimate of the bytes the key and its
--- value hold (the payload bytes and a fixed cost per element), nil for no
--- key. Other subcommands are refused.
-memoryCommand :: [ByteString] -> Plan
-memoryCommand (sub : k : opts)
-  | upper sub == "USAGE" = case map upper opts of
-      [] -> usage
-      ["SAMPLES", _] -> usage
-      _ -> Answer syntaxError
-  where
-    usage = OnKey k (\_ _ v -> Outcome Keep (maybe RNil (RInt . (+ (B.length k + perItem)) . valueBytes) v))
-    valueBytes (VString s) = strLength s
-    valueBytes (VList xs) = sum [ B.length x + perItem | x <- dequeToList xs ]
-    valueBytes (VSet xs) = sum [ B.length x + perItem | x <- Set.toList xs ]
-    valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- Map.toList h ]
-    valueBytes (VZSet (ZSet m _)) = sum [ B.length x + 3 * perItem | x <- Map.keys m ]
-    perItem = 16
-memoryCommand (sub : _) = Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try MEMORY HELP."))
-memoryCommand [] = Answer (RError "ERR wrong number of arguments for 'memory' command")
-
--- | HELLO [protover]: weft-kv speaks RESP2 only. Version 2 (or none)
--- answers redis's connection description, as an array of fields and
--- values; any other version is refused as redis refuses one it lacks.
--- AUTH and SETNAME are not supported.
-helloCommand :: [ByteString] -> Plan
-helloCommand [] = Answer hello
-helloCommand [v] = case readInteger v of
-  Nothing -> Answer (RError "ERR Protocol version is not an integer or out of range")
-  Just 2 -> Answer hello
-  Just _ -> Answer (RError "NOPROTO unsupported protocol version")
-helloCommand (_ : opt : _) = Answer (RError ("ERR Syntax error in HELLO option '" <> printable opt <> "'"))
-
-hello :: Reply
-hello = RArray
-  [ RBulk "server", RBulk "redis", RBulk "version", RBulk "7.0.15", RBulk "proto", RInt 2
-  , RBulk "id", RInt 1, RBulk "mode", RBulk "standalone", RBulk "role", RBulk "master"
-  , RBulk "modules", RArray [] ]
-
 sumInts :: [Reply] -> Reply
 sumInts rs = case [ e | e@(RError _) <- rs ] of
   (e : _) -> e
   [] -> RInt (sum [ n | RInt n <- rs ])
-
--- | CONFIG GET answers what clients probe at start-up as a server with
--- persistence off would. A name without glob characters is answered in
--- the case it was asked in, as redis does. CONFIG SET takes redis's
--- encoding thresholds (each type has one representation in weft-kv, so
--- they change nothing, and CONFIG GET keeps answering redis's defaults),
--- and persistence turned off (@save ""@, @appendonly no@), which it is;
--- anything else is refused.
-configCommand :: [ByteString] -> Plan
-configCommand (sub : rest)
-  | upper sub == "GET", [param] <- rest = Answer (RArray (concat
-      [ [RBulk (if C.any (`C.elem` "*?[") param then name else param), RBulk value]
-      | (name, value) <- settings ++ encodings, globMatch True param name ]))
-  | upper sub == "GET" = Answer (RError "ERR wrong number of arguments for 'config|get' command")
-  | upper sub == "SET", not (null rest), even (length rest) = case [ p | (p, x) <- pairs rest, not (known p x) ] of
-      [] -> Answer ok
-      (p : _) -> Answer (RError ("ERR Unknown option or number of arguments for CONFIG SET - '" <> printable p <> "'"))
-  | upper sub == "SET" = Answer (RError "ERR wrong number of arguments for 'config|set' command")
-  | otherwise = Answer (RError ("ERR unsupported CONFIG subcommand '" <> printable sub <> "'"))
-  where
-    settings = [("save", ""), ("appendonly", "no"), ("databases", "1")]
-    encodings =
-      [ ("hash-max-listpack-entries", "128"), ("hash-max-listpack-value", "64")
-      , ("hash-max-ziplist-entries", "128"), ("hash-max-ziplist-value", "64")
-      , ("set-max-intset-entries", "512")
-      , ("zset-max-listpack-entries", "128"), ("zset-max-listpack-value", "64")
-      , ("zset-max-ziplist-entries", "128"), ("zset-max-ziplist-value", "64")
-      , ("list-max-listpack-size", "-2"), ("list-max-ziplist-size", "-2"), ("list-compress-depth", "0") ]
-    pairs (p : x : more) = (p, x) : pairs more
-    pairs _ = []
-    -- The encoding thresholds, and persistence set to what weft-kv has:
-    -- none.
-    known p x = lower p `elem` map fst encodings || (lower p, x) `elem` [("save", ""), ("appendonly", "no")]
-configCommand [] = Answer (RError "ERR wrong number of arguments for 'config' command")
 
 ------------------------------------------------------------------------------
 -- Strings

@@ -12,6 +12,8 @@ module Kv.Conn
   , Early (..)
   , Held (..)
   , Blocked (..)
+  , Multi (..)
+  , Watching (..)
   , noneHeld
   , holding
   , andThen
@@ -29,8 +31,12 @@ module Kv.Conn
   , place
   , placePiece
   , partsArrived
+    -- * Results from the key colors
+  , deliver
+  , whole
   ) where
 
+import Control.Monad (when)
 import Control.Monad.Primitive (RealWorld)
 import Data.ByteString (ByteString)
 import qualified Data.IntMap.Strict as IntMap
@@ -39,10 +45,11 @@ import Data.Maybe (isJust)
 import Data.Primitive.PrimArray (MutablePrimArray, readPrimArray, writePrimArray)
 import Network.Socket (SockAddr)
 
-import Weft.Color (FdWatch, Runtime)
+import Weft.Color (FdWatch, Handler, Runtime, handler, post)
 import Weft.Timer (TimeoutKey)
 import qualified Weft.Net as Net
 
+import Kv.Gate (Gates)
 import Kv.Out
 import Kv.Plan (Block, Plan)
 import Kv.Request (Commands, Decoder, Limits)
@@ -69,6 +76,8 @@ data Env = Env
     -- ^ 'serverOutputLimit'.
   , envSendStall :: !Int
     -- ^ 'serverSendStall'.
+  , envGates   :: !Gates
+    -- ^ The key colors' gates (Note [Transactions] in "Kv.Transaction").
   , envResults :: Conn -> [Result] -> IO ()
     -- ^ What the connection's color does with results that come back
     -- from the key colors ("Kv.Batch"): put them in order and move the
@@ -119,7 +128,22 @@ data Conn = Conn
     -- delivered and the connection's color has not yet taken, each
     -- color's batch in order, latest batch first (Note [One reply event
     -- per inbox] in "Kv.Batch").
+  , connMulti   :: !(IORef (Maybe Multi))
+    -- ^ The transaction being queued, after MULTI (Note [Transactions]
+    -- in "Kv.Transaction").
+  , connWatching :: !(IORef (Maybe Watching))
+    -- ^ The keys it WATCHes, if any.
   }
+
+-- | A transaction being queued: its commands, latest first, each as its
+-- arguments (own copies, the name first); how many bytes they hold; and
+-- whether one was refused (unknown, or with the wrong number of
+-- arguments), so that EXEC discards it.
+data Multi = Multi [[ByteString]] !Int !Bool
+
+-- | The keys a connection WATCHes, each with its color, and the flag that
+-- a change to any of them sets ("Kv.Watches").
+data Watching = Watching !(IORef Bool) [(Int, ByteString)]
 
 -- | A connection's counts ('connCounts'): the sequence number the next
 -- command gets; the sequence number of the next reply to send; the bytes
@@ -298,3 +322,46 @@ placePiece c s r = do
     catchUp early k = case IntMap.lookup k early of
       Just (Waiting r') -> outPiece (connOut c) r' >> catchUp (IntMap.delete k early) (k + 1)
       _ -> writeIORef (connEarly c) early >> setCount c nextCount k
+
+------------------------------------------------------------------------------
+-- Results back to the connection's color
+
+hReply :: Handler
+hReply = handler "kv-reply"
+
+-- Note [One reply event per inbox]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A read's commands on random keys go to as many key colors as there are
+-- commands, and each color's event has results for the connection. Were
+-- each to post its own event to the connection's color, a pipeline of 16
+-- such commands would cost 33 events, each a post, a turn of the
+-- connection's color and a walk of its replies. So the key colors leave
+-- their results in the connection's inbox ('connInbox', the one field of
+-- a 'Conn' that other colors write, always with an atomic update), and
+-- only the color whose results find the inbox empty posts the reply
+-- event; that event takes everything in the inbox when it runs. Every result is taken: a result
+-- that finds the inbox not empty is put beside results whose reply event
+-- has been posted and has not yet taken them, and that event takes it
+-- too. A reply event never finds the inbox empty, since only reply events
+-- empty it and each was posted by a result that made it not empty. The
+-- results of one color's batch stay in their order; batches of different
+-- colors are in no particular order, as they were as separate events
+-- (Note [Reply order] in "Kv.Conn" puts replies in order).
+
+-- | Hand a key color's results for the connection to its color (Note
+-- [One reply event per inbox]).
+deliver :: Env -> Conn -> [Result] -> IO ()
+deliver env c results = do
+  first <- atomicModifyIORef' (connInbox c) (\batches -> (results : batches, null batches))
+  when first $ post (envRuntime env) (connColor c) hReply takeInbox
+  where
+    takeInbox = do
+      batches <- atomicModifyIORef' (connInbox c) (\batches -> ([], batches))
+      envResults env c $ case batches of
+        [one] -> one
+        _ -> concat (reverse batches)
+
+-- | A command's reply as a result, made ready here (in IO, so that it is
+-- made now, not left as a thunk holding the command's work).
+whole :: Int -> Reply -> IO Result
+whole s r = let !done = piece r in return (Whole s done)

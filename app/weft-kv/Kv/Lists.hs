@@ -285,13 +285,13 @@ withEnd w k = case upper w of
 -- change either key; should the destination have become another type,
 -- the element is dropped and the reply is WRONGTYPE.
 lmove :: ByteString -> ByteString -> Bool -> Bool -> Plan
-lmove src dst fromHead toHead = moveAttempt src dst fromHead toHead Answer (Answer RNil) True
+lmove src dst fromHead toHead = moveAttempt src dst fromHead toHead Answer (Answer RNil) False True
 
 -- | LMOVE's steps, ending in @done@ with a reply or in @none@ when the
 -- source has nothing, or it is not the caller's @turn@ at it (its
 -- blocking form parks there).
-moveAttempt :: ByteString -> ByteString -> Bool -> Bool -> (Reply -> Plan) -> Plan -> Bool -> Plan
-moveAttempt src dst fromHead toHead done none turn = Steps [(src, listProbe turn), (dst, listProbe True)] decide
+moveAttempt :: ByteString -> ByteString -> Bool -> Bool -> (Reply -> Plan) -> Plan -> Bool -> Bool -> Plan
+moveAttempt src dst fromHead toHead done none waited turn = Steps [(src, listProbe waited turn), (dst, listProbe False True)] decide
   where
     decide [srcPart, dstPart] = case (srcPart, dstPart) of
       (RNil, _) -> none
@@ -306,20 +306,22 @@ moveAttempt src dst fromHead toHead done none turn = Steps [(src, listProbe turn
 
 -- | A key's part of LMOVE and LMPOP: its list's length when it is the
 -- caller's @turn@ at it (nil for a missing key, or when it is not), or
--- WRONGTYPE.
-listProbe :: Bool -> KeyOp
-listProbe turn _ _ v = Outcome Keep $ case v of
+-- WRONGTYPE; nil for a key of another type too once a blocking command
+-- has @waited@ (Note [Blocked commands] in "Kv.Batch").
+listProbe :: Bool -> Bool -> KeyOp
+listProbe waited turn _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
   Just (VList l) | turn -> RInt (dequeLength l)
                  | otherwise -> RNil
-  Just _ -> wrongType
+  Just _ | waited -> RNil
+         | otherwise -> wrongType
 
 -- | LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pop from the
 -- first of the keys that holds a non-empty list, and answer its name and
 -- the elements; nil if none does. As in redis, only the keys up to that
 -- one are checked for their type.
 lmpopCommand :: [ByteString] -> Plan
-lmpopCommand args = lmpopArgs args $ \ks fromHead count -> popAttempt ks fromHead (Just count) Answer (Answer RNilArray) (const True)
+lmpopCommand args = lmpopArgs args $ \ks fromHead count -> popAttempt ks fromHead (Just count) Answer (Answer RNilArray) False (const True)
 
 -- | LMPOP's arguments, checked as redis checks them: the keys, the end
 -- and the count, for the plan.
@@ -341,8 +343,8 @@ lmpopArgs _ _ = Answer syntaxError
 -- or up to a count (the key and the elements, as LMPOP). Ends in @done@
 -- with the reply or a type error of a key before that one, or in @none@
 -- when no key holds such a list (or the list went before the pop).
-popAttempt :: [ByteString] -> Bool -> Maybe Int -> (Reply -> Plan) -> Plan -> (ByteString -> Bool) -> Plan
-popAttempt ks fromHead count done none turn = Steps [ (k, listProbe (turn k)) | k <- ks ] pick
+popAttempt :: [ByteString] -> Bool -> Maybe Int -> (Reply -> Plan) -> Plan -> Bool -> (ByteString -> Bool) -> Plan
+popAttempt ks fromHead count done none waited turn = Steps [ (k, listProbe waited (turn k)) | k <- ks ] pick
   where
     pick parts = case [ p | p@(_, r) <- zip ks parts, r /= RNil, r /= RInt 0 ] of
       (_, e@(RError _)) : _ -> done e
@@ -373,4 +375,4 @@ blmove :: ByteString -> ByteString -> Bool -> Bool -> Int -> Plan
 blmove src0 dst0 fromHead toHead ms =
   let src = B.copy src0
       dst = B.copy dst0
-  in Blocking (Block [src] (moveAttempt src dst fromHead toHead Unblock Park . ($ src)) RNil ms)
+  in Blocking (Block [src] (\waited turn -> moveAttempt src dst fromHead toHead Unblock Park waited (turn src)) RNil ms)

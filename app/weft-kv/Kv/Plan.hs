@@ -6,6 +6,7 @@ module Kv.Plan
   ( Plan (..)
   , Block (..)
   , ClientCall (..)
+  , TxCall (..)
   , Arity (..)
   , Command
     -- * Replies
@@ -15,6 +16,8 @@ module Kv.Plan
   , syntaxError
     -- * Arguments
   , upper
+  , lower
+  , printable
   , withInt
   , withCount
   , withTimeout
@@ -77,15 +80,19 @@ data Plan
   | OnClients ClientCall
     -- ^ A command about connections (CLIENT): run where the connection
     -- and its server's connections are known ("Kv.Batch").
+  | Transaction TxCall
+    -- ^ MULTI, EXEC, DISCARD, WATCH or UNWATCH: Note [Transactions] in
+    -- "Kv.Transaction".
 
 -- | A blocking command: the keys whose lists wake it (its own copies,
 -- each once: the command may outlive the read it came in), its attempt
--- (a plan that ends in 'Park' or 'Unblock', given the keys whose turn
--- is its, Note [Blocked commands] in "Kv.Batch"), its reply when its
--- time is up, and its timeout in milliseconds (0: none).
+-- (a plan that ends in 'Park' or 'Unblock', given whether the command
+-- has waited, so that a key of another type counts as empty, and the
+-- keys whose turn is its, Note [Blocked commands] in "Kv.Batch"), its
+-- reply when its time is up, and its timeout in milliseconds (0: none).
 data Block = Block
   { blockKeys :: [ByteString]
-  , blockAttempt :: (ByteString -> Bool) -> Plan
+  , blockAttempt :: Bool -> (ByteString -> Bool) -> Plan
   , blockEmpty :: Reply
   , blockTimeout :: !Int
   }
@@ -102,6 +109,18 @@ data ClientCall
     -- ^ End the blocking command that the connection with this id waits
     -- on: with its empty reply, as if its time were up ('False'), or with
     -- an @UNBLOCKED@ error ('True').
+
+-- | The transaction commands.
+data TxCall
+  = TxMulti
+  | TxExec
+  | TxExecRefused
+    -- ^ EXEC with arguments: redis discards the transaction, if any,
+    -- and answers EXECABORT.
+  | TxDiscard
+  | TxWatch [ByteString]
+    -- ^ The keys (own copies).
+  | TxUnwatch
 
 -- | How many arguments (after the name) a command takes.
 data Arity = Exactly !Int | AtLeast !Int | Between !Int !Int
@@ -120,6 +139,15 @@ wrongType = RError "WRONGTYPE Operation against a key holding the wrong kind of 
 notInteger, syntaxError :: Reply
 notInteger = RError "ERR value is not an integer or out of range"
 syntaxError = RError "ERR syntax error"
+
+-- | The text with its ASCII letters lower-cased (names in error texts).
+lower :: ByteString -> ByteString
+lower = B.map (\c -> if c >= 65 && c <= 90 then c + 32 else c)
+
+-- | Text that is safe inside an error reply: at most 64 bytes, controls
+-- (CR, LF among them) replaced with spaces.
+printable :: ByteString -> ByteString
+printable = B.map (\c -> if c < 32 || c == 127 then 32 else c) . B.take 64
 
 -- | The name upper-cased, without copying when it already is.
 upper :: ByteString -> ByteString

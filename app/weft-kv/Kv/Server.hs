@@ -40,7 +40,9 @@ import Kv.Batch
 import Kv.Conn
 import Kv.Out
 import Kv.Request
-import Kv.Store (newStore)
+import Kv.Gate (newGates)
+import Kv.Store (newStore, storeColors)
+import Kv.Transaction (abandonTransaction)
 
 -- | How 'runServer' runs.
 data ServerConfig = ServerConfig
@@ -112,8 +114,9 @@ runServer cfg addr = do
   store <- newStore (if serverKeyColors cfg > 0 then serverKeyColors cfg else keyColorsFor (Color.runtimeCores rt))
   live <- newIORef IntMap.empty
   ids <- newIORef 1
+  gates <- newGates (storeColors store)
   let env = Env rt store (serverLimits cfg) live ids (serverTimeout cfg, serverMinReceive cfg)
-                (serverOutputLimit cfg) (serverSendStall cfg) (resultsArrived env)
+                (serverOutputLimit cfg) (serverSendStall cfg) gates (resultsArrived env)
   limit <- Net.clientLimit (serverMaxClients cfg)
   let full = (>= limit) . IntMap.size <$> readIORef live
   (bracket (Net.listen addr) Net.close $ \l -> do
@@ -217,7 +220,7 @@ adopt env (sock, peer) = do
       c <- Conn sock peer fw color cid <$> newIORef B.empty <*> newIORef newDecoder <*> pure counts
              <*> newIORef IntMap.empty <*> newOut <*> newIORef False <*> newIORef Open
              <*> newIORef True <*> newIORef False <*> newIORef False <*> newIORef noneHeld
-             <*> newIORef Nothing <*> newIORef []
+             <*> newIORef Nothing <*> newIORef [] <*> newIORef Nothing <*> newIORef Nothing
       writeIORef rec c
       atomicModifyIORef' (envLive env) (\m -> (IntMap.insert cid c m, ()))
       post (envRuntime env) color hRead (readable env c) `catch` \RuntimeClosed -> closeConn env c
@@ -449,6 +452,7 @@ closeConn env c = do
     _ -> do
       writeIORef (connPhase c) Closed
       abandonBlock env c
+      abandonTransaction env c
       outClear (connOut c)
       writeIORef (connEarly c) IntMap.empty
       forget env c

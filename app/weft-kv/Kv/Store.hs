@@ -37,6 +37,8 @@ module Kv.Store
   , joinSurvey
   , occupiedColors
   , storeWaiters
+  , storeWatches
+  , storeColors
   , flushColor
   , expireDue
   ) where
@@ -66,6 +68,7 @@ import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
 import Kv.Waiters
+import Kv.Watches
 
 -- Note [One store per color]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -98,7 +101,7 @@ keyColor store = hashColor store . keyHash
 
 -- | The color of a key, given its hash ('keyHash').
 hashColor :: Store -> Int -> Int
-hashColor (Store _ mask _) h = h .&. mask
+hashColor (Store _ mask _ _) h = h .&. mask
 {-# INLINE hashColor #-}
 
 -- | The hash of a key: a 64-bit FNV-style hash of its bytes, taken eight
@@ -338,17 +341,26 @@ data Survey
 -- The store
 
 -- | The keys, one table per key color; the mask that folds a key's hash
--- to its color; and the blocking commands' registrations on keys.
-data Store = Store !(Array (Table Entry)) !Int !Waiters
+-- to its color; the blocking commands' registrations on keys; and the
+-- keys clients WATCH.
+data Store = Store !(Array (Table Entry)) !Int !Waiters !Watches
 
 -- | An empty store whose keys spread over the given number of colors: a
 -- power of two from 1 to 'colorCount' (checked by 'validKeyColors').
 newStore :: Int -> IO Store
-newStore n = Store <$> (arrayFromListN n <$> mapM (const newTable) [1 .. n]) <*> pure (n - 1) <*> newWaiters n
+newStore n = Store <$> (arrayFromListN n <$> mapM (const newTable) [1 .. n]) <*> pure (n - 1) <*> newWaiters n <*> newWatches n
+
+-- | How many key colors the store spreads its keys over.
+storeColors :: Store -> Int
+storeColors (Store _ mask _ _) = mask + 1
+
+-- | The keys clients WATCH.
+storeWatches :: Store -> Watches
+storeWatches (Store _ _ _ w) = w
 
 -- | The blocking commands' registrations.
 storeWaiters :: Store -> Waiters
-storeWaiters (Store _ _ w) = w
+storeWaiters (Store _ _ w _) = w
 
 -- | Can a store spread its keys over this many colors?
 validKeyColors :: Int -> Bool
@@ -357,7 +369,7 @@ validKeyColors n = n >= 1 && n <= colorCount && n .&. (n - 1) == 0
 -- | A hint that a key, given its hash, is about to be looked up (Note
 -- [Looking ahead] in "Kv.Table"). May run on any color.
 prefetchKey :: Store -> Int -> IO ()
-prefetchKey (Store tables mask _) h = tablePrefetch (indexArray tables (h .&. mask)) h
+prefetchKey (Store tables mask _ _) h = tablePrefetch (indexArray tables (h .&. mask)) h
 {-# INLINE prefetchKey #-}
 
 -- | Load what the lookups of a color's batch will touch, given its work
@@ -366,7 +378,7 @@ prefetchKey (Store tables mask _) h = tablePrefetch (indexArray tables (h .&. ma
 -- strings' bytes. A hash that repeats the one before it (a pipeline on
 -- one key) is passed over. On the color of every key given.
 lookAhead :: Store -> (w -> Int) -> [w] -> IO ()
-lookAhead (Store tables mask _) hashOf works = do
+lookAhead (Store tables mask _ _) hashOf works = do
   each tablePrefetchCell
   each (\t i -> () <$ tablePrefetchEntry t i)
   each $ \t i -> do
@@ -400,7 +412,7 @@ lookAhead (Store tables mask _) hashOf works = do
 -- so that a caller passes one function for every key, not a closure per
 -- operation.)
 runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> Int -> ByteString -> KeyOp -> IO Reply
-runKeyOp (Store tables mask waiters) arm clocks h key op = do
+runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
   let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
   if found < 0 then run t (-1) noKey Nothing Persistent 0 else do
@@ -410,14 +422,18 @@ runKeyOp (Store tables mask waiters) arm clocks h key op = do
     case entryExpiry stored of
       -- A key already past its deadline is gone, whatever its timer says.
       e@(ExpiresAt deadline _)
-        | now >= deadline -> tableDelete t found >> run t (-1) noKey Nothing Persistent 0
+        | now >= deadline -> do
+            tableDelete t found
+            touchKey watches color key
+            run t (-1) noKey Nothing Persistent 0
         | otherwise -> run t found k (Just v) e deadline
       Persistent -> run t found k (Just v) Persistent 0
   where
     now = nowMono clocks
+    color = h .&. mask
     wakeFor v = case v of
-      VList _ -> wakeKey waiters (h .&. mask) key
-      VZSet _ -> wakeKey waiters (h .&. mask) key
+      VList _ -> wakeKey waiters color key
+      VZSet _ -> wakeKey waiters color key
       _ -> return ()
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
     -- none), its live value, expiry and deadline (0 if none).
@@ -444,6 +460,11 @@ runKeyOp (Store tables mask waiters) arm clocks h key op = do
         ExpireAt deadline -> forM_ live $ \v -> do
           cancel expiry
           expireLater t arm now h i k key v deadline
+      -- A change sets the flags of the clients that watch the key (Note
+      -- [Transactions] in "Kv.Transaction").
+      case update of
+        Keep -> return ()
+        _ -> touchKey watches color key
       -- A list or sorted set under the key wakes commands blocked on it
       -- (Note [Blocked commands] in "Kv.Batch").
       case update of
@@ -509,7 +530,7 @@ timerDelay now deadline = min timerHorizon (deadline - now) * 1000
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
 expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
-expireDue (Store tables mask _) arm key armedFor = do
+expireDue (Store tables mask _ watches) arm key armedFor = do
   let !h = keyHash key
       t = indexArray tables (h .&. mask)
   i <- tableFind t h key
@@ -519,7 +540,7 @@ expireDue (Store tables mask _) arm key armedFor = do
       ExpiresAt deadline _ | deadline == armedFor -> do
         now <- nowMono <$> readNow
         if now >= deadline
-          then tableDelete t i
+          then tableDelete t i >> touchKey watches (h .&. mask) key
           else do
             next <- arm key deadline (timerDelay now deadline)
             tableSet t i (entry (entryKey old) (entryValue old) (ExpiresAt deadline next))
@@ -530,7 +551,7 @@ expireDue (Store tables mask _) arm key armedFor = do
 -- Must run as an event of that color; 'joinSurvey' puts the colors'
 -- parts together (Note [Store-wide commands] in "Kv.Batch").
 surveyColor :: Store -> Int -> Now -> Survey -> IO Reply
-surveyColor (Store tables _ _) color clocks op = case op of
+surveyColor (Store tables _ _ _) color clocks op = case op of
   CountKeys -> RInt <$> tableFold (\n _ e -> if live e then n + 1 else n) 0 t
   MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
   -- The color's count (expired keys not yet deleted among them), one of
@@ -565,7 +586,7 @@ joinSurvey RandomKey parts = case [ (n, k, r) | RArray [RInt n, RBulk k, RInt r]
 -- order. Runs on any color: it reads each table's count (Note [A color's
 -- table] in "Kv.Table").
 occupiedColors :: Store -> IO [Int]
-occupiedColors (Store tables _ _) = go 0 []
+occupiedColors (Store tables _ _ _) = go 0 []
   where
     go !i acc
       | i == sizeofArray tables = return acc
@@ -574,8 +595,14 @@ occupiedColors (Store tables _ _) = go 0 []
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
 flushColor :: Store -> Int -> IO ()
-flushColor (Store tables _ _) color = do
+flushColor (Store tables _ _ watches) color = do
   let t = indexArray tables color
+  -- A watched key that exists changes (as in redis, one that does not is
+  -- left alone).
+  watched <- watchedKeys watches color
+  forM_ watched $ \k -> do
+    i <- tableFind t (keyHash k) k
+    when (i >= 0) (touchKey watches color k)
   timers <- tableFold (\acc _ e -> entryExpiry e : acc) [] t
   mapM_ cancel timers
   tableClear t

@@ -347,7 +347,6 @@ combineCommand name how form args0 = case (if form == Storing then drop 1 args0 
       (Storing, dst : _) -> OnKey dst (zstoreOp result)
       (Counting, _) -> Answer (RInt (if oLimit o == 0 then length result else min (oLimit o) (length result)))
       _ -> Answer (withScores (oScored o) (Set.toAscList (Set.fromList result)))
-    lower = B.map (\c -> if c >= 65 && c <= 90 then c + 32 else c)
 
 -- | The keys' members combined as redis combines them: a union or
 -- intersection goes through the inputs smallest first (so that scores
@@ -402,7 +401,7 @@ zrangestoreCommand _ = Answer syntaxError
 -- then the chosen one popped; should it have gone in between, the keys
 -- after it are looked at again.
 zmpopCommand :: [ByteString] -> Plan
-zmpopCommand args = zmpopArgs args $ \top count ks -> zpopAttempt top count ks (uncurry nestedReply) Answer (Answer RNilArray) (const True)
+zmpopCommand args = zmpopArgs args $ \top count ks -> zpopAttempt top count ks (uncurry nestedReply) Answer (Answer RNilArray) False (const True)
 
 -- | ZMPOP's arguments, checked as redis checks them: the end, the count
 -- and the keys, for the plan.
@@ -425,8 +424,8 @@ zmpopArgs [] _ = Answer syntaxError
 -- @turn@ is the caller's, ending in @done@ with the
 -- reply @shape@ makes of the popped members and scores (flat) and the
 -- key, or a type error; or in @none@ when no key holds one.
-zpopAttempt :: Bool -> Int -> [ByteString] -> (([Reply], ByteString) -> Reply) -> (Reply -> Plan) -> Plan -> (ByteString -> Bool) -> Plan
-zpopAttempt top count ks0 shape done none turn = go ks0
+zpopAttempt :: Bool -> Int -> [ByteString] -> (([Reply], ByteString) -> Reply) -> (Reply -> Plan) -> Plan -> Bool -> (ByteString -> Bool) -> Plan
+zpopAttempt top count ks0 shape done none waited turn = go ks0
   where
     go [] = none
     go ks = Steps [ (k, present (turn k)) | k <- ks ] $ \parts ->
@@ -442,7 +441,8 @@ zpopAttempt top count ks0 shape done none turn = go ks0
       Nothing -> RNil
       Just (VZSet _) | mine -> RInt 1
                      | otherwise -> RNil
-      Just _ -> wrongType
+      Just _ | waited -> RNil
+             | otherwise -> wrongType
 
 -- | ZMPOP's reply: the key, and each member with its score.
 nestedReply :: [Reply] -> ByteString -> Reply

@@ -1,0 +1,197 @@
+{-# LANGUAGE OverloadedStrings, ScopedTypeVariables #-}
+-- | weft-kv's transactions: MULTI queues a connection's commands, EXEC
+-- runs them as one, with no other client's command in between, and WATCH
+-- makes EXEC fail if a key changed (Note [Transactions]).
+module Kv.Transaction
+  ( queueCommand
+  , watchKeys
+  , unwatchAll
+  , runTransaction
+  , abandonTransaction
+  ) where
+
+import Control.Exception (SomeException, try)
+import Control.Monad (forM_)
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.IntSet as IntSet
+import Data.IORef
+
+import Weft.Timer (TimeoutKey)
+
+import Kv.Command (planArgs, queueable)
+import Kv.Conn
+import Kv.Gate
+import Kv.Plan
+import Kv.Request (Commands, argsFrom)
+import Kv.Resp
+import Kv.Store
+import Kv.Watches
+
+-- Note [Transactions]
+-- ~~~~~~~~~~~~~~~~~~~
+-- After MULTI a connection's commands are not run but queued, each as
+-- its own copy of its arguments (the read buffer they came in is reused),
+-- and answered QUEUED; an unknown command or one with the wrong number of
+-- arguments is refused at once and fails the transaction, so EXEC
+-- answers EXECABORT (redis's rules). EXEC runs the queue as one: no
+-- other client's command on any key it names runs between its commands,
+-- as redis, single-threaded, guarantees.
+--
+-- A key color's events touch its table without a lock (Note [One store
+-- per color] in "Kv.Store"); a transaction touches the tables of several
+-- colors, from one event. So every event that touches a color's table
+-- passes through the color's gate ("Kv.Gate"): a batch's work, an
+-- expiry timer's deletion, and a transaction's own steps. EXEC, once the
+-- connection's earlier commands have run (as for a store-wide command,
+-- Note [Store-wide commands] in "Kv.Batch"), holds the gates of the
+-- colors its commands may touch: the colors of every argument of every
+-- queued command (a superset of their keys), or every key color if one
+-- of them is store-wide (KEYS, DBSIZE, FLUSHDB). It holds them one
+-- after another, in ascending order, each by an event of that color that
+-- passes the gate and closes it behind itself; the event of the last one
+-- runs the commands, answers, and opens the gates again (the others by
+-- an event each, which does not pass through the gate). Events that come
+-- to a held gate wait in it and run, in their order, when it opens. Two
+-- transactions that want the same colors take them in the same order,
+-- so neither holds one the other has taken while waiting for one the
+-- other holds: one waits at the first color they share. An event holds
+-- no core while it waits: it is only a closure in the gate.
+--
+-- Within EXEC, a blocking command does not block (redis: it answers its
+-- empty reply if it has nothing to pop), and the pushes of the
+-- transaction wake blocked clients as any push does; their attempts
+-- reach the key colors through the gates, so they see the transaction's
+-- end state, not a state half-way through it (an LPUSH then a DEL of the
+-- same list wakes nobody for good).
+--
+-- WATCH registers the connection's flag on each key ("Kv.Watches"); a
+-- change to the key, a deletion by expiry or a FLUSHDB of it, sets the
+-- flag, and EXEC, once it holds its gates, answers a null array and runs
+-- nothing if the flag is set. WATCH too runs once the connection's
+-- earlier commands have run, so that its own earlier writes do not count.
+-- A write on another color that races with the registration counts if
+-- it came after it; one that comes after EXEC took its gates does not
+-- (it is after the transaction). Unlike redis's, a key that had already
+-- expired when watched counts as changed when it is deleted.
+
+-- | Queue a command of a transaction (its arguments copied), or refuse
+-- it: the reply, QUEUED or the error.
+queueCommand :: Conn -> Multi -> Commands -> Int -> IO Reply
+queueCommand c (Multi queued bytes failed) cs i = case queueable cs i of
+  Just refusal -> refuse refusal
+  Nothing
+    | bytes' > queueLimit -> refuse (RError "ERR weft-kv: a transaction may queue at most 268435456 bytes of arguments")
+    | otherwise -> RSimple "QUEUED" <$ writeIORef (connMulti c) (Just (Multi (args : queued) bytes' failed))
+  where
+    args = map B.copy (argsFrom cs i 0)
+    bytes' = bytes + sum (map B.length args) + 16 * length args
+    refuse r = r <$ writeIORef (connMulti c) (Just (Multi queued bytes True))
+
+-- | The most bytes (arguments, and 16 per argument) a transaction queues:
+-- beyond that, the command is refused and the transaction fails, so that
+-- a client that never sends EXEC cannot grow the server without bound.
+queueLimit :: Int
+queueLimit = 256 * 1048576
+
+-- | WATCH: register the connection's flag on the keys (own copies).
+watchKeys :: Env -> Conn -> [ByteString] -> IO ()
+watchKeys env c keys = do
+  let store = envStore env
+  current <- readIORef (connWatching c)
+  (flag, before) <- case current of
+    Just (Watching f ks) -> return (f, ks)
+    Nothing -> do
+      countWatching (storeWatches store) 1
+      (\f -> (f, [])) <$> newIORef False
+  let added = [ (keyColor store k, k) | k <- keys ]
+  forM_ added $ \(color, k) -> addWatch (storeWatches store) color k flag
+  writeIORef (connWatching c) (Just (Watching flag (added ++ before)))
+
+-- | UNWATCH, and what EXEC and DISCARD do first: the connection watches
+-- nothing.
+unwatchAll :: Env -> Conn -> IO ()
+unwatchAll env c = do
+  current <- readIORef (connWatching c)
+  writeIORef (connWatching c) Nothing
+  mapM_ (unwatch (envStore env)) current
+
+unwatch :: Store -> Watching -> IO ()
+unwatch store (Watching flag keys) = do
+  forM_ keys $ \(color, k) -> removeWatch (storeWatches store) color k flag
+  countWatching (storeWatches store) (-1)
+
+-- | The connection closes: its transaction and watches go.
+abandonTransaction :: Env -> Conn -> IO ()
+abandonTransaction env c = writeIORef (connMulti c) Nothing >> unwatchAll env c
+
+-- | EXEC of these queued commands (in order), with the keys the
+-- connection watched, once its earlier commands have run: hold the
+-- gates, run, answer with @answer@, open the gates (Note
+-- [Transactions]). @postTo@ posts an event to a key color; @arm@ arms
+-- expiry timers as for 'runKeyOp'.
+runTransaction :: Env -> Conn -> (Int -> IO () -> IO ()) -> (ByteString -> Int -> Int -> IO TimeoutKey)
+               -> (Reply -> IO ()) -> Maybe Watching -> [[ByteString]] -> IO ()
+runTransaction env c postTo arm answer watching queued = holdFrom colors
+  where
+    store = envStore env
+    gates = envGates env
+    plans = map planArgs queued
+    colors
+      | any storeWide plans = [0 .. storeColors store - 1]
+      | otherwise = IntSet.toAscList (IntSet.fromList [ keyColor store a | _ : args <- queued, a <- args ])
+    held = IntSet.fromList colors
+    holdFrom [] = finish
+    holdFrom (color : rest) = postTo color (gated gates color (holdGate gates color >> holdFrom rest))
+    -- On the last color's event (the connection's if there is none).
+    finish = do
+      outcome <- try execute
+      answer $ case outcome of
+        Right r -> r
+        Left (e :: SomeException) -> RError ("ERR weft-kv: the transaction failed: " <> B.take 200 (B.filter (\b -> b >= 32 && b < 127) (bytesOf (show e))))
+      case reverse colors of
+        [] -> return ()
+        here : others -> do
+          forM_ others $ \color -> postTo color (releaseGate gates color)
+          releaseGate gates here
+    execute = do
+      changed <- maybe (return False) (\(Watching flag _) -> readIORef flag) watching
+      mapM_ (unwatch store) watching
+      if changed then return RNilArray else do
+        now <- readNow
+        RArray <$> mapM (runNow now (RError "ERR internal error: a transaction's command parked")) plans
+    -- A plan run here and now, its keys' gates held; @parked@ answers a
+    -- blocking command's attempt that found nothing.
+    runNow now parked p = case p of
+      Answer r -> return r
+      Live f -> f store
+      OnKey key op -> onKey key op
+      OnKeys ps joinParts -> joinParts <$> mapM (uncurry onKey) ps
+      Steps ps next -> mapM (uncurry onKey) ps >>= runNow now parked . next
+      Surveying op -> joinSurvey op <$> mapM (\color -> surveyColor store color now op) colors
+      Flushing -> ok <$ mapM_ (flushColor store) colors
+      -- Within a transaction a blocking command does not block.
+      Blocking b -> runNow now (blockEmpty b) (blockAttempt b False (const True))
+      Park -> return parked
+      Unblock r -> return r
+      Expire r -> return r
+      OnClients ClientId -> return (RInt (connId c))
+      OnClients (ClientSetName name) -> ok <$ writeIORef (connName c) name
+      OnClients ClientGetName -> (\name -> if B.null name then RNil else RBulk name) <$> readIORef (connName c)
+      OnClients (ClientUnblock _ _) -> return (RError "ERR weft-kv: CLIENT UNBLOCK is not supported inside a transaction")
+      Transaction TxUnwatch -> return ok
+      Transaction _ -> return (RError "ERR internal error: a transaction command was queued")
+      where
+        onKey key op
+          | keyColor store key `IntSet.member` held = runKeyOp store arm now (keyHash key) key op
+          | otherwise = return (RError "ERR internal error: a transaction's key outside its colors")
+
+-- | Is the plan a store-wide command's?
+storeWide :: Plan -> Bool
+storeWide p = case p of
+  Surveying _ -> True
+  Flushing -> True
+  _ -> False
+
+bytesOf :: String -> ByteString
+bytesOf = B.pack . map (fromIntegral . fromEnum)
