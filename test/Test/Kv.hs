@@ -843,6 +843,48 @@ serverSpec = do
       , ["MULTI"], ["SET", "t:a", "1"], ["FLUSHDB"], ["SET", "t:b", "2"], ["DBSIZE"], ["EXEC"]
       , ["MULTI"], ["MULTI", "x"], ["SET", "t:z", "1"], ["EXEC"], ["EXISTS", "t:z"]
       , ["MULTI"], ["SET", "t:z", "1"], ["EXEC", "x"], ["EXEC"], ["EXISTS", "t:z"] ]
+ it "counts a WATCHed key as changed by exactly the commands redis-server counts" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> do
+      -- Each command on a key of each type (or none), between WATCH and
+      -- EXEC: EXEC runs, or answers a null array, as redis's does.
+      let setups =
+            [ [["SET", "k", "abc"]]
+            , [["SET", "k", "abc", "EX", "1000"]]
+            , [["RPUSH", "k", "a", "b", "c"]]
+            , [["SADD", "k", "a", "b"]]
+            , [["HSET", "k", "f", "1"]]
+            , [["ZADD", "k", "1", "a", "2", "b"]]
+            , [] ]
+          commands =
+            [ ["SETRANGE", "k", "0", ""], ["SETRANGE", "k", "1", "x"], ["APPEND", "k", ""], ["PERSIST", "k"]
+            , ["EXPIRE", "k", "1000"], ["EXPIRE", "k", "1000", "NX"], ["EXPIRE", "k", "1000", "XX"]
+            , ["EXPIRE", "k", "2000", "GT"], ["EXPIRE", "k", "10", "LT"], ["EXPIRE", "k", "0"]
+            , ["PEXPIRE", "k", "-1"], ["GETEX", "k"], ["GETEX", "k", "PERSIST"], ["SETNX", "k", "v"]
+            , ["SET", "k", "v", "NX"], ["SET", "k", "v", "XX"], ["SET", "k", "abc"], ["GETSET", "k", "abc"]
+            , ["GETDEL", "k"], ["DEL", "k"], ["RENAME", "k", "k"], ["RENAMENX", "k", "k"], ["RENAME", "k", "k2"]
+            , ["COPY", "k", "k"], ["COPY", "k2", "k"], ["COPY", "k", "k2"], ["SMOVE", "k", "k", "a"]
+            , ["SMOVE", "k", "k", "zz"], ["SMOVE", "k2", "k", "a"], ["SMOVE", "k", "k2", "zz"]
+            , ["LMOVE", "k", "k", "LEFT", "RIGHT"], ["LMOVE", "k", "k", "LEFT", "LEFT"], ["RPOPLPUSH", "k", "k"]
+            , ["LSET", "k", "0", "a"], ["LTRIM", "k", "0", "-1"], ["LTRIM", "k", "5", "9"]
+            , ["LINSERT", "k", "BEFORE", "zz", "x"], ["LINSERT", "k", "BEFORE", "a", "x"]
+            , ["LREM", "k", "0", "zz"], ["LPUSHX", "k", "x"], ["RPUSHX", "k2", "x"], ["LPOP", "k", "0"]
+            , ["RPOP", "k2"], ["LMPOP", "1", "k", "LEFT", "COUNT", "1"], ["SADD", "k", "a"], ["SREM", "k", "zz"]
+            , ["SPOP", "k", "0"], ["SINTERSTORE", "k", "nokey"], ["SUNIONSTORE", "k", "k"]
+            , ["SDIFFSTORE", "k", "k", "k"], ["SINTERSTORE", "k2", "k"], ["HSET", "k", "f", "1"]
+            , ["HSETNX", "k", "f", "2"], ["HDEL", "k", "zz"], ["HINCRBY", "k", "f", "0"]
+            , ["HINCRBYFLOAT", "k", "f", "0"], ["ZADD", "k", "1", "a"], ["ZADD", "k", "NX", "5", "a"]
+            , ["ZADD", "k", "XX", "1", "zz"], ["ZADD", "k", "GT", "0", "b"], ["ZINCRBY", "k", "0", "a"]
+            , ["ZREM", "k", "zz"], ["ZPOPMIN", "k", "0"], ["ZREMRANGEBYSCORE", "k", "10", "20"]
+            , ["ZREMRANGEBYRANK", "k", "5", "9"], ["ZREMRANGEBYLEX", "k", "[x", "[z"]
+            , ["ZUNIONSTORE", "k", "1", "nokey"], ["ZUNIONSTORE", "k", "1", "k"]
+            , ["ZRANGESTORE", "k", "k", "5", "9"], ["ZRANGESTORE", "k2", "k", "0", "-1"]
+            , ["ZMPOP", "1", "k", "MIN", "COUNT", "1"], ["INCRBY", "k", "0"], ["INCRBYFLOAT", "k", "0"]
+            , ["SETBIT", "k", "0", "0"], ["SETBIT", "k", "100", "0"], ["MSET", "k", "abc"], ["MSETNX", "k", "x"]
+            , ["MSETNX", "k3", "x"], ["BLPOP", "k", "0.01"], ["LLEN", "k"], ["TYPE", "k"], ["EXISTS", "k"] ]
+      forM_ setups $ \setup -> forM_ commands $ \command ->
+        differential kv redis ([["FLUSHALL"]] ++ setup ++ [["WATCH", "k", "k2"], command, ["MULTI"], ["PING"], ["EXEC"], ["UNWATCH"]])
  it "answers SETNX, GETSET, APPEND, STRLEN, PERSIST, SREM and HDEL exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

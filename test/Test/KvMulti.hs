@@ -141,6 +141,26 @@ multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $
       filter (uncurry (/=)) pairs `shouldBe` []
       cmd w ["GET", "m:x"] `shouldReturn` bulk (C.pack (show rounds))
 
+  it "sets all of MSETNX's keys or none, when two clients race for a shared key" $ \addr ->
+    withClient addr $ \a -> withClient addr $ \b -> withClient addr $ \c -> do
+      -- Keys of several colors each; "n:y" is in both commands.
+      let rounds = 300 :: Int
+          race r = do
+            let tag = C.pack (show r)
+                ka = [ "n:x" <> tag, "n:y" <> tag ] ++ [ "n:a" <> C.pack (show i) <> tag | i <- [1 .. 8 :: Int] ]
+                kb = [ "n:y" <> tag, "n:z" <> tag ] ++ [ "n:b" <> C.pack (show i) <> tag | i <- [1 .. 8 :: Int] ]
+                msetnx v ks = "MSETNX" : concat [ [k, v] | k <- ks ]
+            (ra, rb) <- concurrently (cmd a (msetnx "A" ka)) (cmd b (msetnx "B" kb))
+            vals <- run c [["MGET", head ka], ["MGET", "n:y" <> tag], ["MGET", last kb]]
+            return (ra, rb, vals)
+      results <- mapM race [1 .. rounds]
+      forM_ results $ \(ra, rb, vals) -> case (ra, rb) of
+        (RInt 1, RInt 0) -> vals `shouldBe` [RArray [bulk "A"], RArray [bulk "A"], RArray [RNil]]
+        (RInt 0, RInt 1) -> vals `shouldBe` [RArray [RNil], RArray [bulk "B"], RArray [bulk "B"]]
+        other -> expectationFailure ("MSETNX answered " ++ show other ++ ", then " ++ show vals)
+      run a [["MSETNX", "n:only"], ["MSETNX", "n:p", "1", "n:q"]]
+        `shouldReturn` replicate 2 (RError "ERR wrong number of arguments for 'msetnx' command")
+
   it "fails EXEC with a null array when a watched key changed, by anyone, by expiry or by a flush, and forgets watches after" $ \addr ->
     withClient addr $ \c -> withClient addr $ \other -> do
       _ <- run c [["SET", "w:a", "1"], ["DEL", "w:b", "w:gone"]]

@@ -29,7 +29,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTim
 
 import Kv.Command
 import Kv.Conn
-import Kv.Gate (gated)
+import Kv.Gate (gateOpen, gated)
 import Kv.Plan (Block (..), ClientCall (..), TxCall (..), ok)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
@@ -133,91 +133,73 @@ dispatch env c (Held blocks0 i0 malformed _) = do
       -- The rest waits until this window's replies are out (Note
       -- [Back-pressure on large replies] in "Kv.Conn").
       | k >= dispatchWindow = (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
-    go k blocks@(cs : more) i !groups = do
+    go k blocks@(_ : _) i !groups = do
       multi <- readIORef (connMulti c)
       case multi of
-        -- After MULTI, commands are queued (Note [Transactions] in
-        -- "Kv.Transaction").
-        Just m | not (runsInMulti (argAt cs i 0)) -> do
+        Nothing -> command k blocks i groups
+        Just m -> inMulti m k blocks i groups
+    -- After MULTI, commands are queued (Note [Transactions] in
+    -- "Kv.Transaction"); one that runs at once but is refused (MULTI
+    -- with arguments) fails the transaction too.
+    inMulti m@(Multi q n _) k blocks@(cs : more) i groups
+      | not (runsInMulti (argAt cs i 0)) = do
           s <- takeSeq c
           queueCommand c m cs i >>= place c s
-          onward groups
-        -- One that runs at once but is refused (MULTI with arguments)
-        -- fails the transaction too.
-        Just (Multi q n _) | Just refusal <- queueable cs i -> do
+          next
+      | Just refusal <- queueable cs i = do
           writeIORef (connMulti c) (Just (Multi q n True))
-          answer (return refusal)
-        _ -> planned
-      where
-        planned = case plan cs i of
-          Transaction t -> transaction t
-          Surveying op -> storeWide $ \s -> do
-            colors <- occupiedColors (envStore env)
-            if null colors then place c s (joinSurvey op []) >> onward groups else do
-              parts <- newIORef (length colors, [])
-              onward (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
-          Flushing -> storeWide $ \s -> do
-            colors <- occupiedColors (envStore env)
-            if null colors then place c s ok >> onward groups else do
-              left <- newIORef (length colors)
-              onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
-          Live f -> do
-            s <- takeSeq c
-            f (envStore env) >>= place c s
-            onward groups
-          Blocking b -> do
-            s <- takeSeq c
-            groups' <- startBlock env c s b groups
-            -- The commands after it wait until it is answered (Note [Blocked
-            -- commands]).
-            (False, groups') <$ writeIORef (connHeld c) heldAfter
-          Answer r -> do
-            s <- takeSeq c
-            place c s r
-            if isQuit (argAt cs i 0) then return (True, groups) else onward groups
-          steps@(Steps {}) -> do
-            s <- takeSeq c
-            groups' <- keyWork env c s steps groups
-            -- The commands after it wait until it is done (Note [Multi-key
-            -- commands]).
-            (False, groups') <$ writeIORef (connHeld c) heldAfter
-          onKeys -> do
-            s <- takeSeq c
-            keyWork env c s onKeys groups >>= onward
-        -- MULTI, EXEC, DISCARD, WATCH and UNWATCH.
-        transaction t = case t of
-          TxMulti -> answer $ readIORef (connMulti c) >>= \m -> case m of
-            Just _ -> return (RError "ERR MULTI calls can not be nested")
-            Nothing -> ok <$ writeIORef (connMulti c) (Just (Multi [] 0 False))
-          TxDiscard -> answer $ readIORef (connMulti c) >>= \m -> case m of
-            Nothing -> return (RError "ERR DISCARD without MULTI")
-            Just _ -> ok <$ abandonTransaction env c
-          TxUnwatch -> answer (ok <$ unwatchAll env c)
-          TxWatch keys -> readIORef (connMulti c) >>= \m -> case m of
-            Just _ -> answer (return (RError "ERR WATCH inside MULTI is not allowed"))
-            Nothing -> storeWide $ \s -> do
-              watchKeys env c keys
-              place c s ok
-              onward groups
-          TxExecRefused -> answer $
-            RError "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command" <$ abandonTransaction env c
-          TxExec -> readIORef (connMulti c) >>= \m -> case m of
-            Nothing -> answer (return (RError "ERR EXEC without MULTI"))
-            Just (Multi _ _ True) -> answer $
-              RError "EXECABORT Transaction discarded because of previous errors." <$ abandonTransaction env c
-            Just (Multi queued _ False) -> storeWide $ \s -> do
-              writeIORef (connMulti c) Nothing
-              watching <- readIORef (connWatching c)
-              writeIORef (connWatching c) Nothing
-              let postTo color act = post (envRuntime env) color hCommand act `catch` \RuntimeClosed -> return ()
-                  reply r = whole s r >>= \done -> deliver env c [done]
-              runTransaction env c postTo (armExpiry env) reply watching (reverse queued)
-              -- The commands after it wait until it is answered.
-              (False, groups) <$ writeIORef (connHeld c) heldAfter
-        answer act = do
           s <- takeSeq c
-          act >>= place c s
-          onward groups
+          place c s refusal
+          next
+      | otherwise = command k blocks i groups
+      where
+        j = nextCommand cs i
+        next | j >= commandsEnd cs = go (k + 1) more 0 groups
+             | otherwise = go (k + 1) blocks j groups
+    inMulti _ _ [] _ groups = return (False, groups)
+    -- A command run (not queued).
+    command _ [] _ groups = return (False, groups)
+    command k blocks@(cs : more) i !groups = case plan cs i of
+      Transaction t -> transaction t k blocks i groups
+      -- Atomic across colors: as EXEC (Note [Transactions] in
+      -- "Kv.Transaction").
+      Isolated keys p -> storeWide $ \s -> do
+        runIsolated env c (postKeyColor env) (armExpiry env) (replyLater env c s) keys p
+        (False, groups) <$ writeIORef (connHeld c) heldAfter
+      Surveying op -> storeWide $ \s -> do
+        colors <- occupiedColors (envStore env)
+        if null colors then place c s (joinSurvey op []) >> onward groups else do
+          parts <- newIORef (length colors, [])
+          onward (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
+      Flushing -> storeWide $ \s -> do
+        colors <- occupiedColors (envStore env)
+        if null colors then place c s ok >> onward groups else do
+          left <- newIORef (length colors)
+          onward (foldr (\color -> add color (WorkFlush s left)) groups colors)
+      Live f -> do
+        s <- takeSeq c
+        f (envStore env) >>= place c s
+        onward groups
+      Blocking b -> do
+        s <- takeSeq c
+        groups' <- startBlock env c s b groups
+        -- The commands after it wait until it is answered (Note [Blocked
+        -- commands]).
+        (False, groups') <$ writeIORef (connHeld c) heldAfter
+      Answer r -> do
+        s <- takeSeq c
+        place c s r
+        if isQuit (argAt cs i 0) then return (True, groups) else onward groups
+      steps@(Steps {}) -> do
+        s <- takeSeq c
+        groups' <- keyWork env c s steps groups
+        -- The commands after it wait until it is done (Note [Multi-key
+        -- commands]).
+        (False, groups') <$ writeIORef (connHeld c) heldAfter
+      onKeys -> do
+        s <- takeSeq c
+        keyWork env c s onKeys groups >>= onward
+      where
         -- The next command, in this read's commands or the next ones.
         j = nextCommand cs i
         onward g | j >= commandsEnd cs = go (k + 1) more 0 g
@@ -233,6 +215,62 @@ dispatch env c (Held blocks0 i0 malformed _) = do
           if noWork groups && outstanding == 0
             then takeSeq c >>= run
             else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
+    -- MULTI, EXEC, DISCARD, WATCH and UNWATCH, at the command at an index
+    -- (its arguments are plain values, not the closures 'command' makes,
+    -- so that the common commands allocate none of them).
+    transaction t k blocks@(cs : more) i groups = case t of
+      TxMulti -> answer next $ readIORef (connMulti c) >>= \m -> case m of
+        Just _ -> return (RError "ERR MULTI calls can not be nested")
+        Nothing -> ok <$ writeIORef (connMulti c) (Just (Multi [] 0 False))
+      TxDiscard -> answer next $ readIORef (connMulti c) >>= \m -> case m of
+        Nothing -> return (RError "ERR DISCARD without MULTI")
+        Just _ -> ok <$ abandonTransaction env c
+      TxUnwatch -> answer next (ok <$ unwatchAll env c)
+      TxWatch keys -> readIORef (connMulti c) >>= \m -> case m of
+        Just _ -> answer next (return (RError "ERR WATCH inside MULTI is not allowed"))
+        Nothing -> storeWide $ \s -> do
+          watchKeys env c keys
+          place c s ok
+          next
+      TxExecRefused -> answer next $
+        RError "EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command" <$ abandonTransaction env c
+      TxExec -> readIORef (connMulti c) >>= \m -> case m of
+        Nothing -> answer next (return (RError "ERR EXEC without MULTI"))
+        Just (Multi _ _ True) -> answer next $
+          RError "EXECABORT Transaction discarded because of previous errors." <$ abandonTransaction env c
+        Just (Multi queued _ False) -> storeWide $ \s -> do
+          writeIORef (connMulti c) Nothing
+          watching <- readIORef (connWatching c)
+          writeIORef (connWatching c) Nothing
+          runTransaction env c (postKeyColor env) (armExpiry env) (replyLater env c s) watching (reverse queued)
+          -- The commands after it wait until it is answered (a store-wide
+          -- wait runs it only when no work is posted: 'NoWork').
+          (False, NoWork) <$ writeIORef (connHeld c) heldAfter
+      where
+        j = nextCommand cs i
+        next | j >= commandsEnd cs = go (k + 1) more 0 groups
+             | otherwise = go (k + 1) blocks j groups
+        heldAfter | j >= commandsEnd cs = Held more 0 malformed True
+                  | otherwise = Held blocks j malformed True
+        storeWide run = do
+          outstanding <- outstandingCount c
+          if noWork groups && outstanding == 0
+            then takeSeq c >>= run
+            else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
+    transaction _ _ [] _ groups = return (False, groups)
+    answer next act = do
+      s <- takeSeq c
+      act >>= place c s
+      next
+
+-- | Post an event to a key color (a transaction's steps, Note
+-- [Transactions] in "Kv.Transaction").
+postKeyColor :: Env -> Int -> IO () -> IO ()
+postKeyColor env color act = post (envRuntime env) color hCommand act `catch` \RuntimeClosed -> return ()
+
+-- | Answer the command with this number from a key color.
+replyLater :: Env -> Conn -> Int -> Reply -> IO ()
+replyLater env c s r = whole s r >>= \done -> deliver env c [done]
 
 -- | The arguments (names included) of the commands a dispatch starts from
 -- the command at an index of the first 'Commands' on, counted as far as
@@ -293,7 +331,15 @@ startGroups env c h groups = case groups of
   NoWork -> return ()
   OneColor color works -> start color works
   Colors m -> forM_ (IntMap.toList m) (uncurry start)
-  where start color works = post (envRuntime env) color h (gated (envGates env) color (runWorks env c color (reverse works)))
+  where start color works = post (envRuntime env) color h (runGated env c color (reverse works))
+
+-- | Run a color's share of a batch through the color's gate (Note
+-- [Transactions] in "Kv.Transaction"): the work waits only while a
+-- transaction holds the color (the closure that waits is made only then).
+runGated :: Env -> Conn -> Int -> [Work] -> IO ()
+runGated env c color works = do
+  open <- gateOpen (envGates env) color
+  if open then runWorks env c color works else gated (envGates env) color (runWorks env c color works)
 
 -- | The rest of a multi-key command, as its parts decided, on the
 -- connection's color (Note [Multi-key commands]).

@@ -16,6 +16,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
+import Data.Maybe (isJust)
 import Data.Word (Word8)
 import Foreign.Marshal.Utils (copyBytes, fillBytes)
 import Foreign.Ptr (castPtr, plusPtr)
@@ -146,4 +147,7 @@ setbitOp off on _ _ v = case v of
                   BU.unsafeUseAsCStringLen s $ \(src, len) -> copyBytes p (castPtr src) len
                   w <- peekByteOff p byte :: IO Word8
                   pokeByteOff p byte (if on then w .|. mask else w .&. complement mask)
-            in Outcome (Replace (VString (strCopy s'))) (RInt old)
+                -- A key that exists, whose bit and length stay, is not
+                -- changed (redis signals no change either).
+                same = isJust v && B.length s' == B.length s && (old == 1) == on
+            in Outcome (if same then Keep else Replace (VString (strCopy s'))) (RInt old)

@@ -127,6 +127,9 @@ lookupCommand name = IntMap.lookup (nameHash name) commands >>= match
     match ((known, entry) : rest)
       | nameIs known name = Just entry
       | otherwise = match rest
+-- Inlined into 'plan', so that its 'Maybe' is not built for every
+-- command.
+{-# INLINE lookupCommand #-}
 
 -- | Is the name (in any ASCII case) this upper-case one? Compared in
 -- place, with 'byteAt' (no copy, and no closure per byte as
@@ -157,6 +160,7 @@ stringCommands =
   , ("SET", (AtLeast 2, setCommand))
   , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, mgetOp) | k <- ks ] RArray))
   , ("MSET", (AtLeast 2, msetCommand))
+  , ("MSETNX", (AtLeast 2, msetnxCommand))
   , ("SETNX", (Exactly 2, \[k, v] -> OnKey k (setnxOp (strCopy v))))
   , ("SETEX", (Exactly 3, \[k, t, v] -> setexCommand "setex" Seconds k t v))
   , ("PSETEX", (Exactly 3, \[k, t, v] -> setexCommand "psetex" Millis k t v))
@@ -362,6 +366,22 @@ msetCommand kvs
   where
     plain = SetOptions Nothing False False Nothing
     pairs (k : v : rest) = (k, setOp "mset" (strCopy v) plain) : pairs rest
+    pairs _ = []
+
+-- | MSETNX: set every key, or none if any of them exists; atomic across
+-- the keys' colors ('Isolated'), as MSET is not.
+msetnxCommand :: [ByteString] -> Plan
+msetnxCommand kvs
+  | odd (length kvs) = Answer (RError "ERR wrong number of arguments for 'msetnx' command")
+  | otherwise = Isolated keys (Steps [ (k, existsOp) | k <- keys ] decide)
+  where
+    keys = [ k | (k, _) <- pairs kvs ]
+    decide found
+      | any (/= RInt 0) found = Answer (RInt 0)
+      | otherwise = OnKeys [ (k, setOp "msetnx" (strCopy v) plain) | (k, v) <- pairs kvs ]
+                           (\rs -> case [ e | e@(RError _) <- rs ] of (e : _) -> e; [] -> RInt 1)
+    plain = SetOptions Nothing False False Nothing
+    pairs (k : v : rest) = (k, v) : pairs rest
     pairs _ = []
 
 incrOp :: Int -> KeyOp

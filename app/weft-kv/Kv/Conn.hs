@@ -365,3 +365,4 @@ deliver env c results = do
 -- made now, not left as a thunk holding the command's work).
 whole :: Int -> Reply -> IO Result
 whole s r = let !done = piece r in return (Whole s done)
+{-# INLINE whole #-}

@@ -5,6 +5,7 @@ module Kv.Gate
   ( Gates
   , newGates
   , gated
+  , gateOpen
   , holdGate
   , releaseGate
   ) where
@@ -39,6 +40,19 @@ gated (Gates gates) color act
         GateOpen -> act
         GateHeld waiting -> writeIORef r (GateHeld (act : waiting))
 {-# INLINE gated #-}
+
+-- | Is a color's gate open (or is it not a key color)? An event that
+-- finds it open may run at once; else it goes through 'gated'. Must run
+-- on the color.
+gateOpen :: Gates -> Int -> IO Bool
+gateOpen (Gates gates) color
+  | color >= sizeofArray gates = return True
+  | otherwise = do
+      g <- readIORef (indexArray gates color)
+      return $! case g of
+        GateOpen -> True
+        GateHeld _ -> False
+{-# INLINE gateOpen #-}
 
 -- | Hold a color's gate, which must be open (so call it through
 -- 'gated'): the color's later events wait. Must run on the color.

@@ -80,6 +80,10 @@ data Plan
   | OnClients ClientCall
     -- ^ A command about connections (CLIENT): run where the connection
     -- and its server's connections are known ("Kv.Batch").
+  | Isolated [ByteString] Plan
+    -- ^ A plan over these keys that runs in one event, with the gates of
+    -- their colors held, so that it is atomic across colors (MSETNX:
+    -- Note [Transactions] in "Kv.Transaction").
   | Transaction TxCall
     -- ^ MULTI, EXEC, DISCARD, WATCH or UNWATCH: Note [Transactions] in
     -- "Kv.Transaction".
@@ -191,7 +195,11 @@ removeFrom view wrap remove size items _ _ v = case v of
   Just value -> case view value of
     Nothing -> Outcome Keep wrongType
     Just c -> let c' = foldr remove c items
-              in Outcome (if size c' == 0 then Delete else Replace (wrap c')) (RInt (size c - size c'))
+                  removed = size c - size c'
+                  update | removed == 0 = Keep
+                         | size c' == 0 = Delete
+                         | otherwise = Replace (wrap c')
+              in Outcome update (RInt removed)
 
 -- | The operation with another reply where it succeeds (an error, such
 -- as WRONGTYPE, stands): SMOVE and LMOVE add with SADD's and LPUSH's

@@ -430,7 +430,7 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
       Persistent -> run t found k (Just v) Persistent 0
   where
     now = nowMono clocks
-    color = h .&. mask
+    !color = h .&. mask
     wakeFor v = case v of
       VList _ -> wakeKey waiters color key
       VZSet _ -> wakeKey waiters color key
@@ -461,9 +461,12 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
           cancel expiry
           expireLater t arm now h i k key v deadline
       -- A change sets the flags of the clients that watch the key (Note
-      -- [Transactions] in "Kv.Transaction").
+      -- [Transactions] in "Kv.Transaction"); so an operation that leaves
+      -- its key as it was answers 'Keep', as redis then signals nothing.
       case update of
         Keep -> return ()
+        Delete | Nothing <- live -> return ()
+        ExpireAt _ | Nothing <- live -> return ()
         _ -> touchKey watches color key
       -- A list or sorted set under the key wakes commands blocked on it
       -- (Note [Blocked commands] in "Kv.Batch").

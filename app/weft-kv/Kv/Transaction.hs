@@ -7,6 +7,7 @@ module Kv.Transaction
   , watchKeys
   , unwatchAll
   , runTransaction
+  , runIsolated
   , abandonTransaction
   ) where
 
@@ -57,6 +58,9 @@ import Kv.Watches
 -- so neither holds one the other has taken while waiting for one the
 -- other holds: one waits at the first color they share. An event holds
 -- no core while it waits: it is only a closure in the gate.
+--
+-- MSETNX, which must set all its keys or none, runs the same way, as a
+-- transaction of one command ('Isolated').
 --
 -- Within EXEC, a blocking command does not block (redis: it answers its
 -- empty reply if it has nothing to pop), and the pushes of the
@@ -125,27 +129,55 @@ unwatch store (Watching flag keys) = do
 abandonTransaction :: Env -> Conn -> IO ()
 abandonTransaction env c = writeIORef (connMulti c) Nothing >> unwatchAll env c
 
+-- | How to post an event to a key color, and to arm expiry timers (as
+-- for 'runKeyOp'): what the server's events give a transaction.
+type Post = Int -> IO () -> IO ()
+type Arm = ByteString -> Int -> Int -> IO TimeoutKey
+
 -- | EXEC of these queued commands (in order), with the keys the
 -- connection watched, once its earlier commands have run: hold the
 -- gates, run, answer with @answer@, open the gates (Note
--- [Transactions]). @postTo@ posts an event to a key color; @arm@ arms
--- expiry timers as for 'runKeyOp'.
-runTransaction :: Env -> Conn -> (Int -> IO () -> IO ()) -> (ByteString -> Int -> Int -> IO TimeoutKey)
-               -> (Reply -> IO ()) -> Maybe Watching -> [[ByteString]] -> IO ()
-runTransaction env c postTo arm answer watching queued = holdFrom colors
+-- [Transactions]).
+runTransaction :: Env -> Conn -> Post -> Arm -> (Reply -> IO ()) -> Maybe Watching -> [[ByteString]] -> IO ()
+runTransaction env c postTo arm answer watching queued = holdGates env postTo colors execute answer
   where
     store = envStore env
-    gates = envGates env
     plans = map planArgs queued
     colors
       | any storeWide plans = [0 .. storeColors store - 1]
-      | otherwise = IntSet.toAscList (IntSet.fromList [ keyColor store a | _ : args <- queued, a <- args ])
-    held = IntSet.fromList colors
+      | otherwise = ascending store [ a | _ : args <- queued, a <- args ]
+    execute = do
+      changed <- maybe (return False) (\(Watching flag _) -> readIORef flag) watching
+      mapM_ (unwatch store) watching
+      if changed then return RNilArray else do
+        now <- readNow
+        RArray <$> mapM (runNow env c arm colors now (RError "ERR internal error: a transaction's command parked")) plans
+
+-- | A plan over these keys that must be atomic across their colors
+-- ('Isolated': MSETNX), once the connection's earlier commands have run:
+-- run as a transaction of one command is.
+runIsolated :: Env -> Conn -> Post -> Arm -> (Reply -> IO ()) -> [ByteString] -> Plan -> IO ()
+runIsolated env c postTo arm answer keys p = holdGates env postTo colors run answer
+  where
+    colors = ascending (envStore env) keys
+    run = readNow >>= \now -> runNow env c arm colors now (RError "ERR internal error: an isolated command parked") p
+
+-- | The distinct colors of these keys, in ascending order.
+ascending :: Store -> [ByteString] -> [Int]
+ascending store keys = IntSet.toAscList (IntSet.fromList (map (keyColor store) keys))
+
+-- | Hold the gates of these colors (ascending), one after another, each by
+-- an event of its color; run the body on the last one's event (on the
+-- caller's if there are none), answer with its reply, and open the gates
+-- (Note [Transactions]).
+holdGates :: Env -> Post -> [Int] -> IO Reply -> (Reply -> IO ()) -> IO ()
+holdGates env postTo colors body answer = holdFrom colors
+  where
+    gates = envGates env
     holdFrom [] = finish
     holdFrom (color : rest) = postTo color (gated gates color (holdGate gates color >> holdFrom rest))
-    -- On the last color's event (the connection's if there is none).
     finish = do
-      outcome <- try execute
+      outcome <- try body
       answer $ case outcome of
         Right r -> r
         Left (e :: SomeException) -> RError ("ERR weft-kv: the transaction failed: " <> B.take 200 (B.filter (\b -> b >= 32 && b < 127) (bytesOf (show e))))
@@ -154,37 +186,39 @@ runTransaction env c postTo arm answer watching queued = holdFrom colors
         here : others -> do
           forM_ others $ \color -> postTo color (releaseGate gates color)
           releaseGate gates here
-    execute = do
-      changed <- maybe (return False) (\(Watching flag _) -> readIORef flag) watching
-      mapM_ (unwatch store) watching
-      if changed then return RNilArray else do
-        now <- readNow
-        RArray <$> mapM (runNow now (RError "ERR internal error: a transaction's command parked")) plans
-    -- A plan run here and now, its keys' gates held; @parked@ answers a
-    -- blocking command's attempt that found nothing.
-    runNow now parked p = case p of
+
+-- | A plan run here and now, with the gates of these colors held (all of
+-- its keys' colors); @parked@ answers a blocking command's attempt that
+-- found nothing.
+runNow :: Env -> Conn -> Arm -> [Int] -> Now -> Reply -> Plan -> IO Reply
+runNow env c arm colors now = go
+  where
+    store = envStore env
+    held = IntSet.fromList colors
+    go parked p = case p of
       Answer r -> return r
       Live f -> f store
       OnKey key op -> onKey key op
       OnKeys ps joinParts -> joinParts <$> mapM (uncurry onKey) ps
-      Steps ps next -> mapM (uncurry onKey) ps >>= runNow now parked . next
+      Steps ps next -> mapM (uncurry onKey) ps >>= go parked . next
       Surveying op -> joinSurvey op <$> mapM (\color -> surveyColor store color now op) colors
       Flushing -> ok <$ mapM_ (flushColor store) colors
       -- Within a transaction a blocking command does not block.
-      Blocking b -> runNow now (blockEmpty b) (blockAttempt b False (const True))
+      Blocking b -> go (blockEmpty b) (blockAttempt b False (const True))
       Park -> return parked
       Unblock r -> return r
       Expire r -> return r
+      -- Its keys are among the transaction's: their gates are held.
+      Isolated _ q -> go parked q
       OnClients ClientId -> return (RInt (connId c))
       OnClients (ClientSetName name) -> ok <$ writeIORef (connName c) name
       OnClients ClientGetName -> (\name -> if B.null name then RNil else RBulk name) <$> readIORef (connName c)
       OnClients (ClientUnblock _ _) -> return (RError "ERR weft-kv: CLIENT UNBLOCK is not supported inside a transaction")
       Transaction TxUnwatch -> return ok
       Transaction _ -> return (RError "ERR internal error: a transaction command was queued")
-      where
-        onKey key op
-          | keyColor store key `IntSet.member` held = runKeyOp store arm now (keyHash key) key op
-          | otherwise = return (RError "ERR internal error: a transaction's key outside its colors")
+    onKey key op
+      | keyColor store key `IntSet.member` held = runKeyOp store arm now (keyHash key) key op
+      | otherwise = return (RError "ERR internal error: a transaction's key outside its colors")
 
 -- | Is the plan a store-wide command's?
 storeWide :: Plan -> Bool
