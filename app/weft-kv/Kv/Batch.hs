@@ -397,9 +397,9 @@ noWork _ = False
 -- The commands decoded from one read are grouped by key color, in order:
 -- each color gets one event that runs its commands one after another, and
 -- hands their results back to the connection's color at once (Note [One
--- reply event per inbox]). A pipeline of 16 commands on one key thus
--- costs two events instead of 32,
--- and an MSET of keys that share a color one round trip. Grouping keeps
+-- reply event per inbox] in "Kv.Conn"). A pipeline of 16 commands on one
+-- key thus costs two events instead of 32, and an MSET of keys that
+-- share a color one round trip. Grouping keeps
 -- the order of commands within a color, and the colors of one read run in
 -- any order anyway, so what each command sees is what it would see with
 -- one event per command. Ordering replies is the job of Note [Reply order]

@@ -127,7 +127,7 @@ data Conn = Conn
     -- ^ The one field other colors write: results the key colors have
     -- delivered and the connection's color has not yet taken, each
     -- color's batch in order, latest batch first (Note [One reply event
-    -- per inbox] in "Kv.Batch").
+    -- per inbox]).
   , connMulti   :: !(IORef (Maybe Multi))
     -- ^ The transaction being queued, after MULTI (Note [Transactions]
     -- in "Kv.Transaction").
