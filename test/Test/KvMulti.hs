@@ -134,7 +134,7 @@ multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $
             Nothing -> do
               got <- run t ([["MULTI"], ["GET", "m:x"]] ++ [ ["GET", p] | p <- take 20 pads ] ++ [["GET", "m:y"], ["EXEC"]])
               case last got of
-                RArray rs | not (null rs) -> checker ((head rs, last rs) : pairs)
+                RArray rs@(first : _) -> checker ((first, last rs) : pairs)
                 other -> fail ("EXEC answered " ++ show other)
       (((), seen), pairs) <- within 60 "the transactions" (concurrently (concurrently writer (reader 0)) (checker []))
       seen `shouldBe` 0
@@ -148,10 +148,10 @@ multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $
           race r = do
             let tag = C.pack (show r)
                 ka = [ "n:x" <> tag, "n:y" <> tag ] ++ [ "n:a" <> C.pack (show i) <> tag | i <- [1 .. 8 :: Int] ]
-                kb = [ "n:y" <> tag, "n:z" <> tag ] ++ [ "n:b" <> C.pack (show i) <> tag | i <- [1 .. 8 :: Int] ]
+                kb = [ "n:b" <> C.pack (show i) <> tag | i <- [1 .. 8 :: Int] ] ++ [ "n:y" <> tag, "n:z" <> tag ]
                 msetnx v ks = "MSETNX" : concat [ [k, v] | k <- ks ]
             (ra, rb) <- concurrently (cmd a (msetnx "A" ka)) (cmd b (msetnx "B" kb))
-            vals <- run c [["MGET", head ka], ["MGET", "n:y" <> tag], ["MGET", last kb]]
+            vals <- run c [["MGET", "n:x" <> tag], ["MGET", "n:y" <> tag], ["MGET", "n:z" <> tag]]
             return (ra, rb, vals)
       results <- mapM race [1 .. rounds]
       forM_ results $ \(ra, rb, vals) -> case (ra, rb) of

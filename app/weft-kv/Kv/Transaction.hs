@@ -32,8 +32,8 @@ import Kv.Watches
 -- Note [Transactions]
 -- ~~~~~~~~~~~~~~~~~~~
 -- After MULTI a connection's commands are not run but queued, each as
--- its own copy of its arguments (the read buffer they came in is reused),
--- and answered QUEUED; an unknown command or one with the wrong number of
+-- its own copy of its arguments (a view would keep the whole read it
+-- came in alive), and answered QUEUED; an unknown command or one with the wrong number of
 -- arguments is refused at once and fails the transaction, so EXEC
 -- answers EXECABORT (redis's rules). EXEC runs the queue as one: no
 -- other client's command on any key it names runs between its commands,
@@ -125,7 +125,8 @@ unwatch store (Watching flag keys) = do
   forM_ keys $ \(color, k) -> removeWatch (storeWatches store) color k flag
   countWatching (storeWatches store) (-1)
 
--- | The connection closes: its transaction and watches go.
+-- | The transaction ends without running (DISCARD, an aborted EXEC, the
+-- connection closing): its queue and its watches go.
 abandonTransaction :: Env -> Conn -> IO ()
 abandonTransaction env c = writeIORef (connMulti c) Nothing >> unwatchAll env c
 
