@@ -141,7 +141,7 @@ dispatch env c (Held blocks0 i0 malformed _) = do
     -- After MULTI, commands are queued (Note [Transactions] in
     -- "Kv.Transaction"); one that runs at once but is refused (MULTI
     -- with arguments) fails the transaction too.
-    inMulti m@(Multi q n _) k blocks@(cs : more) i groups
+    inMulti m@(Multi q n _) k blocks@(cs : _) i groups
       | not (runsInMulti (argAt cs i 0)) = do
           s <- takeSeq c
           queueCommand c m cs i >>= place c s
@@ -152,14 +152,11 @@ dispatch env c (Held blocks0 i0 malformed _) = do
           place c s refusal
           next
       | otherwise = command k blocks i groups
-      where
-        j = nextCommand cs i
-        next | j >= commandsEnd cs = go (k + 1) more 0 groups
-             | otherwise = go (k + 1) blocks j groups
+      where next = onwardFrom k blocks i groups
     inMulti _ _ [] _ groups = return (False, groups)
     -- A command run (not queued).
     command _ [] _ groups = return (False, groups)
-    command k blocks@(cs : more) i !groups = case plan cs i of
+    command k blocks@(cs : _) i !groups = case plan cs i of
       Transaction t -> transaction t k blocks i groups
       -- Atomic across colors: as EXEC (Note [Transactions] in
       -- "Kv.Transaction").
@@ -200,25 +197,13 @@ dispatch env c (Held blocks0 i0 malformed _) = do
         s <- takeSeq c
         keyWork env c s onKeys groups >>= onward
       where
-        -- The next command, in this read's commands or the next ones.
-        j = nextCommand cs i
-        onward g | j >= commandsEnd cs = go (k + 1) more 0 g
-                 | otherwise = go (k + 1) blocks j g
-        -- Behind a barrier: what comes later waits too.
-        heldAfter | j >= commandsEnd cs = Held more 0 malformed True
-                  | otherwise = Held blocks j malformed True
-        -- A store-wide command runs once every command before it has run
-        -- (nothing outstanding, nothing posted in this batch); until then
-        -- it and the rest wait in 'connHeld' (Note [Store-wide commands]).
-        storeWide run = do
-          outstanding <- outstandingCount c
-          if noWork groups && outstanding == 0
-            then takeSeq c >>= run
-            else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
+        onward = onwardFrom k blocks i
+        heldAfter = heldBehind blocks i
+        storeWide = storeWideAt blocks i groups
     -- MULTI, EXEC, DISCARD, WATCH and UNWATCH, at the command at an index
     -- (its arguments are plain values, not the closures 'command' makes,
     -- so that the common commands allocate none of them).
-    transaction t k blocks@(cs : more) i groups = case t of
+    transaction t k blocks i groups = case t of
       TxMulti -> answer next $ readIORef (connMulti c) >>= \m -> case m of
         Just _ -> return (RError "ERR MULTI calls can not be nested")
         Nothing -> ok <$ writeIORef (connMulti c) (Just (Multi [] 0 False))
@@ -247,17 +232,31 @@ dispatch env c (Held blocks0 i0 malformed _) = do
           -- wait runs it only when no work is posted: 'NoWork').
           (False, NoWork) <$ writeIORef (connHeld c) heldAfter
       where
-        j = nextCommand cs i
-        next | j >= commandsEnd cs = go (k + 1) more 0 groups
-             | otherwise = go (k + 1) blocks j groups
-        heldAfter | j >= commandsEnd cs = Held more 0 malformed True
-                  | otherwise = Held blocks j malformed True
-        storeWide run = do
-          outstanding <- outstandingCount c
-          if noWork groups && outstanding == 0
-            then takeSeq c >>= run
-            else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
-    transaction _ _ [] _ groups = return (False, groups)
+        next = onwardFrom k blocks i groups
+        heldAfter = heldBehind blocks i
+        storeWide = storeWideAt blocks i groups
+    -- The next command after the one at an index, in this read's
+    -- commands or the next ones.
+    onwardFrom k blocks@(cs : more) i g
+      | j >= commandsEnd cs = go (k + 1) more 0 g
+      | otherwise = go (k + 1) blocks j g
+      where j = nextCommand cs i
+    onwardFrom _ [] _ g = return (False, g)
+    -- Behind a barrier at the command at an index: what comes later
+    -- waits too.
+    heldBehind blocks@(cs : more) i
+      | j >= commandsEnd cs = Held more 0 malformed True
+      | otherwise = Held blocks j malformed True
+      where j = nextCommand cs i
+    heldBehind [] _ = Held [] 0 malformed True
+    -- A store-wide command runs once every command before it has run
+    -- (nothing outstanding, nothing posted in this batch); until then it
+    -- and the rest wait in 'connHeld' (Note [Store-wide commands]).
+    storeWideAt blocks i groups run = do
+      outstanding <- outstandingCount c
+      if noWork groups && outstanding == 0
+        then takeSeq c >>= run
+        else (False, groups) <$ writeIORef (connHeld c) (Held blocks i malformed False)
     answer next act = do
       s <- takeSeq c
       act >>= place c s
