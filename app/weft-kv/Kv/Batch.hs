@@ -295,11 +295,7 @@ keyWork env c s p groups = case p of
   Park -> groups <$ parked env c s
   Unblock r -> groups <$ unblocked env c s r
   Expire r -> groups <$ expired env c s r
-  OnClients ClientId -> groups <$ place c s (RInt (connId c))
-  OnClients (ClientSetName name) -> groups <$ (writeIORef (connName c) name >> place c s ok)
-  OnClients ClientGetName -> do
-    name <- readIORef (connName c)
-    groups <$ place c s (if B.null name then RNil else RBulk name)
+  OnClients call | Just answer <- ownClientCall c call -> groups <$ (answer >>= place c s)
   OnClients (ClientUnblock target withError) -> do
     live <- readIORef (envLive env)
     case IntMap.lookup target live of

@@ -34,11 +34,14 @@ module Kv.Conn
     -- * Results from the key colors
   , deliver
   , whole
+    -- * CLIENT
+  , ownClientCall
   ) where
 
 import Control.Monad (when)
 import Control.Monad.Primitive (RealWorld)
 import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
 import Data.Maybe (isJust)
@@ -51,7 +54,7 @@ import qualified Weft.Net as Net
 
 import Kv.Gate (Gates)
 import Kv.Out
-import Kv.Plan (Block, Plan)
+import Kv.Plan (Block, ClientCall (..), Plan, ok)
 import Kv.Request (Commands, Decoder, Limits)
 import Kv.Resp
 import Kv.Store (Store)
@@ -366,3 +369,16 @@ deliver env c results = do
 whole :: Int -> Reply -> IO Result
 whole s r = let !done = piece r in return (Whole s done)
 {-# INLINE whole #-}
+
+------------------------------------------------------------------------------
+-- CLIENT
+
+-- | CLIENT ID, SETNAME and GETNAME, which concern the connection only: its
+-- reply. 'Nothing' for UNBLOCK, which concerns another connection. On the
+-- connection's color, or where its commands are held back (a transaction).
+ownClientCall :: Conn -> ClientCall -> Maybe (IO Reply)
+ownClientCall c call = case call of
+  ClientId -> Just (return (RInt (connId c)))
+  ClientSetName name -> Just (ok <$ writeIORef (connName c) name)
+  ClientGetName -> Just ((\name -> if B.null name then RNil else RBulk name) <$> readIORef (connName c))
+  ClientUnblock _ _ -> Nothing

@@ -30,15 +30,12 @@ newGates n = Gates . arrayFromListN n <$> mapM (const (newIORef GateOpen)) [1 ..
 -- when it is released. Must run on the color. A color that is not a key
 -- color has no gate: its events run at once.
 gated :: Gates -> Int -> IO () -> IO ()
-gated (Gates gates) color act
-  -- A color beyond the key colors (a connection's) has no gate.
-  | color >= sizeofArray gates = act
-  | otherwise = do
-      let r = indexArray gates color
-      g <- readIORef r
-      case g of
-        GateOpen -> act
-        GateHeld waiting -> writeIORef r (GateHeld (act : waiting))
+gated g@(Gates gates) color act = do
+  open <- gateOpen g color
+  if open then act else modifyIORef' (indexArray gates color) wait
+  where
+    wait (GateHeld waiting) = GateHeld (act : waiting)
+    wait GateOpen = GateOpen
 {-# INLINE gated #-}
 
 -- | Is a color's gate open (or is it not a key color)? An event that
@@ -46,6 +43,7 @@ gated (Gates gates) color act
 -- on the color.
 gateOpen :: Gates -> Int -> IO Bool
 gateOpen (Gates gates) color
+  -- A color beyond the key colors (a connection's) has no gate.
   | color >= sizeofArray gates = return True
   | otherwise = do
       g <- readIORef (indexArray gates color)

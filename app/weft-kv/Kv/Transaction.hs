@@ -17,6 +17,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.IntSet as IntSet
 import Data.IORef
+import Data.Maybe (fromMaybe)
 
 import Weft.Timer (TimeoutKey)
 
@@ -145,7 +146,7 @@ runTransaction env c postTo arm answer watching queued = holdGates env postTo co
     store = envStore env
     plans = map planArgs queued
     colors
-      | any storeWide plans = [0 .. storeColors store - 1]
+      | any touchesEveryColor plans = [0 .. storeColors store - 1]
       | otherwise = ascending store [ a | _ : args <- queued, a <- args ]
     execute = do
       changed <- maybe (return False) (\(Watching flag _) -> readIORef flag) watching
@@ -211,19 +212,18 @@ runNow env c arm colors now = go
       Expire r -> return r
       -- Its keys are among the transaction's: their gates are held.
       Isolated _ q -> go parked q
-      OnClients ClientId -> return (RInt (connId c))
-      OnClients (ClientSetName name) -> ok <$ writeIORef (connName c) name
-      OnClients ClientGetName -> (\name -> if B.null name then RNil else RBulk name) <$> readIORef (connName c)
-      OnClients (ClientUnblock _ _) -> return (RError "ERR weft-kv: CLIENT UNBLOCK is not supported inside a transaction")
+      OnClients call -> fromMaybe (return (RError "ERR weft-kv: CLIENT UNBLOCK is not supported inside a transaction"))
+                                  (ownClientCall c call)
       Transaction TxUnwatch -> return ok
       Transaction _ -> return (RError "ERR internal error: a transaction command was queued")
     onKey key op
       | keyColor store key `IntSet.member` held = runKeyOp store arm now (keyHash key) key op
       | otherwise = return (RError "ERR internal error: a transaction's key outside its colors")
 
--- | Is the plan a store-wide command's?
-storeWide :: Plan -> Bool
-storeWide p = case p of
+-- | Is the plan a store-wide command's (KEYS, DBSIZE, FLUSHDB), which
+-- may touch every key color?
+touchesEveryColor :: Plan -> Bool
+touchesEveryColor p = case p of
   Surveying _ -> True
   Flushing -> True
   _ -> False
