@@ -326,9 +326,9 @@ startGroups env c h groups = case groups of
   NoWork -> return ()
   OneColor color works -> start color works
   Colors m -> forM_ (IntMap.toList m) (uncurry start)
-  where start color works = post (envRuntime env) color h (runGated env c color (reverse works))
+  where start color works = post (envRuntime env) color h (runGated env c color works)
 
--- | Run a color's share of a batch through the color's gate (Note
+-- | Run a color's share of a batch (latest first) through the color's gate (Note
 -- [Transactions] in "Kv.Transaction"): the work waits only while a
 -- transaction holds the color (the closure that waits is made only then).
 runGated :: Env -> Conn -> Int -> [Work] -> IO ()
@@ -400,7 +400,9 @@ noWork _ = False
 -- one event per command. Ordering replies is the job of Note [Reply order]
 -- in "Kv.Conn".
 
--- | Run a color's share of a batch, on that color.
+-- | Run a color's share of a batch (given latest first, run in order), on
+-- that color, and hand the results to the connection latest first (Note
+-- [Latest first]).
 runWorks :: Env -> Conn -> Int -> [Work] -> IO ()
 runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
@@ -409,31 +411,32 @@ runWorks env c color works = do
       runOne h key op = runKeyOp (envStore env) arm now h key op
       runKey key = runOne (keyHash key) key
       -- The results, latest first; flushing colors but the last have
-      -- nothing to answer.
-      go acc [] = return acc
-      go acc (w : rest) = case w of
+      -- nothing to answer. The older works run first, on the stack.
+      go [] = return []
+      go (w : older) = go older >>= \acc -> step acc w
+      step acc w = case w of
         Work s h key op -> do
           r <- runOne h key op
           done <- whole s r
-          go (done : acc) rest
+          return (done : acc)
         WorkParts s ps -> do
           rs <- mapM (\(i, key, op) -> (,) i <$> runKey key op) ps
-          go (Parts s rs : acc) rest
+          return (Parts s rs : acc)
         WorkAll s ps joinParts -> do
           r <- mapM (uncurry runKey) ps >>= finish s . joinParts
-          go (r : acc) rest
+          return (r : acc)
         WorkFlush s left -> do
           flushColor (envStore env) color
           n <- atomicModifyIORef' left (\n -> (n - 1, n - 1))
-          if n == 0 then whole s ok >>= \done -> go (done : acc) rest else go acc rest
+          if n == 0 then whole s ok >>= \done -> return (done : acc) else return acc
         WorkSurvey s op parts -> do
           part <- surveyColor (envStore env) color now op
           (n, gathered) <- atomicModifyIORef' parts (\(n, ps) -> let st = (n - 1, part : ps) in (st, st))
-          if n == 0 then whole s (joinSurvey op gathered) >>= \done -> go (done : acc) rest else go acc rest
+          if n == 0 then whole s (joinSurvey op gathered) >>= \done -> return (done : acc) else return acc
         WorkUnblock s t withError -> do
           r <- unblockClient env t withError
           done <- whole s r
-          go (done : acc) rest
+          return (done : acc)
       -- What a multi-key command's parts decided: done here while its keys
       -- are this color's, else sent on ('Then').
       finish s next = case next of
@@ -449,8 +452,8 @@ runWorks env c color works = do
   case works of
     _ : _ : _ -> lookAhead (envStore env) (\w -> case w of Work _ h _ _ -> h; _ -> 0) works
     _ -> return ()
-  results <- go [] works
-  unless (null results) $ deliver env c (reverse results)
+  results <- go works
+  unless (null results) $ deliver env c results
 
 ------------------------------------------------------------------------------
 -- Expiry

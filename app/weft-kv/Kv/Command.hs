@@ -29,7 +29,8 @@ module Kv.Command
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Bits (xor, (.&.))
-import qualified Data.IntMap.Strict as IntMap
+import Control.Monad (forM_)
+import Data.Primitive.SmallArray
 import Data.Word (Word64)
 import Data.Maybe (isJust)
 
@@ -110,18 +111,28 @@ unknownCommand name args =
     go acc _ = acc
     quoted n = B.map (\c -> if c == 13 || c == 10 then 32 else c) . B.take n
 
--- | The command table, by 'nameHash' of the name; each entry keeps its
--- name, to tell apart names that hash alike. A lookup hashes the name once
--- and compares it once, in place: no upper-cased copy and no string
--- comparisons down a search tree, on every command.
-commands :: IntMap.IntMap [Command]
-commands = IntMap.fromListWith (++)
-  [ (nameHash name, [entry])
-  | entry@(name, _) <- serverCommands ++ stringCommands ++ lcsCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands ]
+-- | The command table: a bucket per value of the low bits of 'nameHash',
+-- each holding the entries whose names hash there, each entry with its
+-- name to tell apart names that share a bucket. A lookup hashes the name
+-- once, indexes once and compares it once, in place: no upper-cased
+-- copy, no search down a tree, on every command.
+commands :: SmallArray [Command]
+commands = runSmallArray $ do
+  table <- newSmallArray (commandBuckets + 1) []
+  forM_ (serverCommands ++ stringCommands ++ lcsCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands) $ \entry@(name, _) -> do
+    let b = nameHash name .&. commandBuckets
+    old <- readSmallArray table b
+    writeSmallArray table b (old ++ [entry])
+  return table
+
+-- | The buckets of 'commands', less one (a mask): four or more per
+-- command, so that most buckets hold one name at most.
+commandBuckets :: Int
+commandBuckets = 1023
 
 -- | A command's table entry, by its name in any case.
 lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)
-lookupCommand name = IntMap.lookup (nameHash name) commands >>= match
+lookupCommand name = match (indexSmallArray commands (nameHash name .&. commandBuckets))
   where
     match [] = Nothing
     match ((known, entry) : rest)

@@ -33,6 +33,7 @@ module Kv.Conn
   , partsArrived
     -- * Results from the key colors
   , deliver
+  , inOrder
   , whole
     -- * CLIENT
   , ownClientCall
@@ -81,10 +82,11 @@ data Env = Env
     -- ^ 'serverSendStall'.
   , envGates   :: !Gates
     -- ^ The key colors' gates (Note [Transactions] in "Kv.Transaction").
-  , envResults :: Conn -> [Result] -> IO ()
+  , envResults :: Conn -> [[Result]] -> IO ()
     -- ^ What the connection's color does with results that come back
-    -- from the key colors ("Kv.Batch"): put them in order and move the
-    -- connection on ("Kv.Server").
+    -- from the key colors ("Kv.Batch"), latest first (Note [Latest
+    -- first]): put them in order and move the connection on
+    -- ("Kv.Server").
   }
 
 -- | A connection. Every field but 'connInbox' is read and written only by
@@ -128,9 +130,9 @@ data Conn = Conn
     -- in "Kv.Batch").
   , connInbox   :: !(IORef [[Result]])
     -- ^ The one field other colors write: results the key colors have
-    -- delivered and the connection's color has not yet taken, each
-    -- color's batch in order, latest batch first (Note [One reply event
-    -- per inbox]).
+    -- delivered and the connection's color has not yet taken: each
+    -- color's batch, latest batch first and each latest first (Note
+    -- [Latest first], Note [One reply event per inbox]).
   , connMulti   :: !(IORef (Maybe Multi))
     -- ^ The transaction being queued, after MULTI (Note [Transactions]
     -- in "Kv.Transaction").
@@ -351,8 +353,21 @@ hReply = handler "kv-reply"
 -- colors are in no particular order, as they were as separate events
 -- (Note [Reply order] in "Kv.Conn" puts replies in order).
 
--- | Hand a key color's results for the connection to its color (Note
--- [One reply event per inbox]).
+-- Note [Latest first]
+-- ~~~~~~~~~~~~~~~~~~~
+-- Lists that grow by consing come out latest first, and a batch's work
+-- and results are such lists: a batch's works by color ('add' in
+-- "Kv.Batch"), the results a color's event makes, the inbox's batches of
+-- results. Rather than reverse each (a copy of every list cell, once per
+-- batch and per result), they travel latest first: a color's event runs
+-- its works oldest first by recursing down the list before running the
+-- head ('runWorks'), and the connection's color handles the inbox's
+-- batches and each batch's results the same way ('inOrder'). The
+-- recursion is as deep as a batch (at most 'dispatchWindow' commands per
+-- color) and uses stack, which the collector does not copy.
+
+-- | Hand a key color's results for the connection (latest first, Note
+-- [Latest first]) to its color (Note [One reply event per inbox]).
 deliver :: Env -> Conn -> [Result] -> IO ()
 deliver env c results = do
   first <- atomicModifyIORef' (connInbox c) (\batches -> (results : batches, null batches))
@@ -360,9 +375,16 @@ deliver env c results = do
   where
     takeInbox = do
       batches <- atomicModifyIORef' (connInbox c) (\batches -> ([], batches))
-      envResults env c $ case batches of
-        [one] -> one
-        _ -> concat (reverse batches)
+      envResults env c batches
+
+-- | Run an action on the elements of a list given latest first, oldest
+-- first (Note [Latest first]).
+inOrder :: (a -> IO ()) -> [a] -> IO ()
+inOrder f = go
+  where
+    go [] = return ()
+    go (x : older) = go older >> f x
+{-# INLINE inOrder #-}
 
 -- | A command's reply as a result, made ready here (in IO, so that it is
 -- made now, not left as a thunk holding the command's work).

@@ -30,14 +30,14 @@ import Kv.Store
 -- | The commands of this module, for "Kv.Command"'s table.
 listCommands :: [Command]
 listCommands =
-  [ ("LPUSH", (AtLeast 2, \(k : vs) -> OnKey k (pushOp True (map B.copy vs))))
-  , ("RPUSH", (AtLeast 2, \(k : vs) -> OnKey k (pushOp False (map B.copy vs))))
+  [ ("LPUSH", (AtLeast 2, \(k : vs) -> OnKey k (pushOp True vs)))
+  , ("RPUSH", (AtLeast 2, \(k : vs) -> OnKey k (pushOp False vs)))
   , ("LPOP", (Between 1 2, popCommand True))
   , ("RPOP", (Between 1 2, popCommand False))
   , ("LRANGE", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (\j -> OnKey k (lrangeOp i j)))))
   , ("LLEN", (Exactly 1, \[k] -> OnKey k llenOp))
-  , ("LPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp True (map B.copy vs))))
-  , ("RPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp False (map B.copy vs))))
+  , ("LPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp True vs)))
+  , ("RPUSHX", (AtLeast 2, \(k : vs) -> OnKey k (pushxOp False vs)))
   , ("LINDEX", (Exactly 2, \[k, i] -> OnKey k (lindexOp i)))
   , ("LSET", (Exactly 3, \[k, i, x] -> OnKey k (lsetOp i (B.copy x))))
   , ("LTRIM", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . ltrimOp i))))
@@ -54,15 +54,20 @@ listCommands =
   , ("BRPOPLPUSH", (Exactly 3, \[src, dst, t] -> withTimeout t (blmove src dst False True)))
   ]
 
--- | Push values one by one, at the head (LPUSH) or the tail (RPUSH).
+-- | Push values one by one, at the head (LPUSH) or the tail (RPUSH),
+-- each copied as it is pushed (the list keeps no view of a request).
 pushOp :: Bool -> [ByteString] -> KeyOp
 pushOp atHead vs _ _ v = case v of
   Nothing -> push emptyDeque
   Just (VList l) -> push l
   Just _ -> Outcome Keep wrongType
   where
-    push l = let l' = L.foldl' (flip (if atHead then pushHead else pushTail)) l vs
+    push l = let !l' = if atHead then heads l vs else tails l vs
              in Outcome (Replace (VList l')) (RInt (dequeLength l'))
+    heads !l [] = l
+    heads l (x : xs) = heads (pushHead (B.copy x) l) xs
+    tails !l [] = l
+    tails l (x : xs) = tails (pushTail (B.copy x) l) xs
 
 -- | LPOP / RPOP key [count]
 popCommand :: Bool -> [ByteString] -> Plan

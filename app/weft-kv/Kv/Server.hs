@@ -281,13 +281,13 @@ readable env c = do
           settle env c
 
 -- | Results back on the connection's color.
-resultsArrived :: Env -> Conn -> [Result] -> IO ()
-resultsArrived env c results = do
+resultsArrived :: Env -> Conn -> [[Result]] -> IO ()
+resultsArrived env c batches = do
   phase <- readIORef (connPhase c)
   case phase of
     Closed -> return ()
     _ -> do
-      forM_ results $ \r -> case r of
+      flip inOrder batches $ inOrder $ \r -> case r of
         Whole s done -> placePiece c s done
         Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
         Then s next -> continuePlan env c s next
