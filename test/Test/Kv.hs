@@ -39,7 +39,7 @@ import Data.Functor.Identity (runIdentity)
 import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.POSIX (getPOSIXTime)
-import Data.List (sort, sortOn, zip4)
+import Data.List (sort, sortOn, zip4, (\\))
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -197,6 +197,23 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
     tableSize t `shouldReturn` 0
     tableFind t 7 "7" `shouldReturn` (-1)
     tableFold (\n _ _ -> n + 1) (0 :: Int) t `shouldReturn` 0
+  prop "keys that share a hash tag share a color, and still hash apart" $
+    \(Bytes pre) (Bytes tag0) (Bytes suf) (Bytes pre2) -> not (B.null tag0) ==>
+      -- No '{' before the tag, no '}' in it: the tag as redis cluster
+      -- reads it.
+      let tag = B.map (\c -> if c == 125 then 126 else c) tag0
+          key p = B.filter (/= 123) p <> "{" <> tag <> "}" <> suf
+          colorOf k = keyHash k `mod` 65536
+      in colorOf (key pre) === colorOf tag .&&. colorOf (key pre2) === colorOf tag
+         .&&. (key pre /= key pre2 ==> keyHash (key pre) /= keyHash (key pre2))
+  it "takes the color from the whole key when it has no hash tag" $ do
+    let colorOf k = keyHash k `mod` 65536
+    map colorOf ["a{t}", "b{t}", "{t}x", "{t}}"] `shouldBe` replicate 4 (colorOf "t")
+    colorOf "{{t}" `shouldBe` colorOf "{t"
+    -- An empty tag, or a '{' without a '}' after it, is no tag.
+    colorOf "{}a" `shouldNotBe` colorOf "{}b"
+    colorOf "a{t" `shouldNotBe` colorOf "b{t"
+    colorOf "a}{t" `shouldNotBe` colorOf "b}{t"
   it "defaults to one key color per core, a power of two, at most 65536" $
     map keyColorsFor [0, 1, 2, 3, 4, 5, 8192, 100000] `shouldBe` [1, 1, 2, 4, 4, 8, 8192, 65536]
 
@@ -1452,6 +1469,66 @@ serverSpec = do
       within 3 "the first client's WRONGTYPE" (replies a1 1) `shouldReturn` [wrongType]
       within 3 "the second client's element" (replies a2 1) `shouldReturn` [bulk "foo"]
       cmd b ["LRANGE", "bm:t2", "0", "-1"] `shouldReturn` RArray [bulk "foo"]
+
+  it "serves a blocked client inside the push that wakes it, before the pusher's next command" $ \addr ->
+    withClient addr $ \b -> forM_ [1 .. 20 :: Int] $ \_ -> withClient addr $ \a -> do
+      _ <- cmd b ["DEL", "bi:q"]
+      sendRaw a (encodeCommand ["BLPOP", "bi:q", "0"])
+      waitBlocked b 1
+      -- One write: the length is read after the push, in the same batch.
+      run b [["RPUSH", "bi:q", "x"], ["LLEN", "bi:q"]] `shouldReturn` [RInt 1, RInt 0]
+      replies a 1 `shouldReturn` [RArray [bulk "bi:q", bulk "x"]]
+      waitBlocked b 0
+
+  it "serves linked BLMOVEs and a circular BRPOPLPUSH inside the push, on keys that share a hash tag" $ \addr ->
+    withClient addr $ \b -> forM_ [1 .. 10 :: Int] $ \_ -> do
+      withClient addr $ \a1 -> withClient addr $ \a2 -> do
+        _ <- cmd b ["DEL", "l1{t}", "l2{t}", "l3{t}"]
+        sendRaw a1 (encodeCommand ["BLMOVE", "l1{t}", "l2{t}", "RIGHT", "LEFT", "0"])
+        waitBlocked b 1
+        sendRaw a2 (encodeCommand ["BLMOVE", "l2{t}", "l3{t}", "LEFT", "RIGHT", "0"])
+        waitBlocked b 2
+        run b [["RPUSH", "l1{t}", "foo"], ["LRANGE", "l1{t}", "0", "-1"], ["LRANGE", "l2{t}", "0", "-1"], ["LRANGE", "l3{t}", "0", "-1"]]
+          `shouldReturn` [RInt 1, RArray [], RArray [], RArray [bulk "foo"]]
+        replies a1 1 `shouldReturn` [bulk "foo"]
+        replies a2 1 `shouldReturn` [bulk "foo"]
+      withClient addr $ \a1 -> withClient addr $ \a2 -> do
+        _ <- cmd b ["DEL", "c1{u}", "c2{u}"]
+        sendRaw a1 (encodeCommand ["BRPOPLPUSH", "c1{u}", "c2{u}", "0"])
+        waitBlocked b 1
+        sendRaw a2 (encodeCommand ["BRPOPLPUSH", "c2{u}", "c1{u}", "0"])
+        waitBlocked b 2
+        run b [["RPUSH", "c1{u}", "foo"], ["LRANGE", "c1{u}", "0", "-1"], ["LRANGE", "c2{u}", "0", "-1"]]
+          `shouldReturn` [RInt 1, RArray [bulk "foo"], RArray []]
+        replies a1 1 `shouldReturn` [bulk "foo"]
+        replies a2 1 `shouldReturn` [bulk "foo"]
+      waitBlocked b 0
+
+  it "loses no element and answers each blocked command once while timeouts race the pushes that serve them" $ \addr ->
+    withClient addr $ \b -> do
+      _ <- cmd b ["DEL", "br:q"]
+      let pushed = [ C.pack ("e" ++ show i) | i <- [1 .. 800 :: Int] ]
+          -- Each client blocks 150 times, 2 ms each: some are served, the
+          -- rest time out, often as a push arrives.
+          client = withClient addr $ \a -> do
+            got <- forM [1 .. 150 :: Int] $ \_ -> do
+              sendRaw a (encodeCommand ["BLPOP", "br:q", "0.002"])
+              r <- replies a 1
+              case r of
+                [RArray [_, RBulk x]] -> return [x]
+                [RNilArray] -> return []
+                other -> fail ("unexpected reply " ++ show other)
+            -- A command answered twice leaves a reply over.
+            nothingYet a
+            return (concat got)
+      takers <- mapM (const (async client)) [1 .. 4 :: Int]
+      forM_ pushed $ \x -> cmd b ["RPUSH", "br:q", x] >> threadDelay 300
+      taken <- concat <$> mapM wait takers
+      RArray left <- cmd b ["LRANGE", "br:q", "0", "-1"]
+      let got = taken ++ [ x | RBulk x <- left ]
+      -- Lost, and taken twice.
+      (sort pushed \\ sort got, sort got \\ sort pushed) `shouldBe` ([], [])
+      waitBlocked b 0
 
   it "expires keys with EXPIRE and PEXPIRE on weft timers" $ \addr -> withClient addr $ \c -> do
     run c [ ["SET", "e1", "v"], ["EXPIRE", "e1", "1"], ["TTL", "e1"], ["EXPIRE", "nokey", "1"]

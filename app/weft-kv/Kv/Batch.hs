@@ -413,7 +413,9 @@ runWorks env c color works = do
       -- The results, latest first; flushing colors but the last have
       -- nothing to answer. The older works run first, on the stack.
       go [] = return []
-      go (w : older) = go older >>= \acc -> step acc w
+      -- After each command, the blocked commands its writes can serve
+      -- (Note [Serving blocked commands]).
+      go (w : older) = go older >>= \acc -> step acc w <* serveReady (storeWaiters (envStore env)) color
       step acc w = case w of
         Work s h key op -> do
           r <- runOne h key op
@@ -423,7 +425,7 @@ runWorks env c color works = do
           rs <- mapM (\(i, key, op) -> (,) i <$> runKey key op) ps
           return (Parts s rs : acc)
         WorkAll s ps joinParts -> do
-          r <- mapM (uncurry runKey) ps >>= finish s . joinParts
+          r <- mapM (uncurry runKey) ps >>= runHere env color now s . joinParts
           return (r : acc)
         WorkFlush s left -> do
           flushColor (envStore env) color
@@ -437,16 +439,6 @@ runWorks env c color works = do
           r <- unblockClient env t withError
           done <- whole s r
           return (done : acc)
-      -- What a multi-key command's parts decided: done here while its keys
-      -- are this color's, else sent on ('Then').
-      finish s next = case next of
-        Answer r -> whole s r
-        Live f -> f (envStore env) >>= whole s
-        OnKey key op | here key -> runKey key op >>= finish s . Answer
-        OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . Answer . joinParts
-        Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish s . joinParts
-        _ -> return (Then s next)
-      here key = keyColor (envStore env) key == color
   -- A batch of lookups loads its keys' entries together first (Note
   -- [Looking ahead] in "Kv.Table").
   case works of
@@ -454,6 +446,23 @@ runWorks env c color works = do
     _ -> return ()
   results <- go works
   unless (null results) $ deliver env c results
+
+-- | What a multi-key command's parts decided, for the command with this
+-- number: done here, on this color, as far as its keys are this color's;
+-- the rest is sent on ('Then').
+runHere :: Env -> Int -> Now -> Int -> Plan -> IO Result
+runHere env color now s = finish
+  where
+    store = envStore env
+    runKey key = runKeyOp store (armExpiry env) now (keyHash key) key
+    here key = keyColor store key == color
+    finish next = case next of
+      Answer r -> whole s r
+      Live f -> f store >>= whole s
+      OnKey key op | here key -> runKey key op >>= finish . Answer
+      OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish . Answer . joinParts
+      Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish . joinParts
+      _ -> return (Then s next)
 
 ------------------------------------------------------------------------------
 -- Expiry
@@ -498,24 +507,24 @@ armExpiry env key deadline us = do
 -- tickets, 'takeTicket'), one at a time per key, as redis serves them
 -- in the order they blocked. A write that leaves a list under a key (any
 -- command, on the key's color: 'runKeyOp' checks the color's
--- registrations, one read when nobody waits) wakes the first of the
--- key's commands in line (the earliest ticket not done): its state turns
--- from waiting to woken, and its connection's color gets a 'Wake' and
+-- registrations, one read when nobody waits) marks the key to be served
+-- once its command is done (Note [Serving blocked commands]); then the
+-- first of the key's commands in line (the earliest ticket not done)
 -- attempts again. An attempt pops only from the keys where its command
 -- is first in line ('firstInLine', read as the attempt starts), and
 -- parks if there is nothing there, still registered in its place; so a
 -- command that has just started does not take the element the one in
--- line was woken for, and two commands woken one after the other take
--- the elements in their order. A wake during an attempt is seen when the
--- attempt parks. The timeout ('Expire') answers the empty reply when the
--- command is parked, or when its attempt parks; CLIENT UNBLOCK from
--- another client ends it the same way (an event on its connection's
--- color marks it, so that neither a park nor a wake on the way lets it
--- take anything, and its inbox gets the 'Expire'); an attempt already
--- under way that pops is still answered with what it popped. Once
--- answered, timed out, unblocked or closed, the command is done: its
--- registrations are removed and its
--- timer cancelled, and its keys' lists are announced again, which wakes
+-- line was served, and two commands served one after the other take
+-- the elements in their order. A write during an attempt wakes it, and
+-- it attempts again when that one parks. The timeout ('Expire') answers
+-- the empty reply when the command is parked, or when its attempt parks;
+-- CLIENT UNBLOCK from another client ends it the same way: an event on
+-- its connection's color ends it at once, or, with an attempt under way,
+-- marks it so that the attempt's park answers the empty reply, and its
+-- inbox gets the 'Expire'. An attempt already under way that pops is
+-- still answered with what it popped. Once answered, timed out, unblocked
+-- or closed, the command is done: its registrations are removed and its
+-- timer cancelled, and its keys' lists are announced again, which serves
 -- the next in line for what is left. Each command in line either pops,
 -- or is done, or waits on a key with nothing in it, so the line moves.
 --
@@ -529,19 +538,41 @@ armExpiry env key deadline us = do
 -- and takes nothing. One that waits is not idle (its idle timeout is
 -- lifted while it is registered).
 --
--- Unlike redis, which serves a blocked client inside the pushing command,
--- a woken command pops in its own attempt, after the push has been
--- answered: a client that pops the element first (not blocked, on
--- another connection) takes it, and the woken command waits on; and a
--- chain of blocked moves (BLMOVE into a list another client waits on) is
--- still under way when the push that started it is answered.
+-- Note [Serving blocked commands]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- As redis does, a command whose writes leave lists under keys that
+-- blocked commands wait for serves those commands before anything else
+-- runs on the keys' color: after each command of a color's batch
+-- ('runWorks'), and after a transaction, once all of it has run
+-- ('serveHeld' in "Kv.Transaction": its pushes are seen by a blocked
+-- client as one), the color serves the keys written ('serveReady' in
+-- "Kv.Waiters"). A command whose keys all have the key's color (all of
+-- them, with keys that share a hash tag: Note [Hash tags] in "Kv.Store")
+-- attempts there and then ('serveHere'), so its element is taken before
+-- the writer's next command runs and before the writer is answered; what
+-- that attempt writes (a BLMOVE's push) is served in turn, so a chain of
+-- blocked moves is done when the push that started it is answered. A
+-- command with keys of other colors is woken: its connection's color
+-- gets a 'Wake' and attempts, after the write has been answered.
+--
+-- The command's state, shared by its registrations and changed only
+-- atomically ("Kv.Waiters"), makes sure one attempt runs at a time and a
+-- command is answered once: a key's color attempts only a waiting
+-- command (none under way), and its connection only a woken one or its
+-- own first ones; a write during an attempt marks it woken, so that it
+-- attempts again when the attempt parks; the timeout and CLIENT UNBLOCK
+-- end a waiting or woken command at once, and one with an attempt under
+-- way when the attempt's outcome arrives. An attempt by a key's color
+-- that pops marks the command served at once, so that the next in line
+-- is served by the same write; the outcome goes to the connection as any
+-- attempt's does.
 
 -- | Start a blocking command: its first attempt, with the batch's work.
 startBlock :: Env -> Conn -> Int -> Block -> Groups -> IO Groups
 startBlock env c s b groups = do
-  st <- newIORef wWaiting
+  st <- newIORef wAttempting
   ticket <- takeTicket (storeWaiters (envStore env))
-  let blk = Blocked s b ticket st False True Nothing Nothing
+  let blk = Blocked s b ticket st False Nothing Nothing
   writeIORef (connBlocked c) (Just blk)
   attempt <- attemptPlan env blk
   keyWork env c s attempt groups
@@ -552,10 +583,13 @@ withBlocked c s k = readIORef (connBlocked c) >>= \m -> case m of
   Just blk | blkSeq blk == s -> k blk
   _ -> return ()
 
--- | Attempt the command again.
+-- | Attempt the command again, from its connection. (A write that
+-- marks it woken meanwhile comes after its state is set, so the attempt
+-- sees what that write left.)
 attemptAgain :: Env -> Conn -> Blocked -> IO ()
 attemptAgain env c blk = do
-  writeIORef (connBlocked c) (Just blk { blkAttempting = True })
+  writeIORef (blkState blk) wAttempting
+  writeIORef (connBlocked c) (Just blk)
   attemptPlan env blk >>= continuePlan env c (blkSeq blk)
 
 -- | The command's attempt, which pops only from the keys where it is
@@ -569,14 +603,19 @@ attemptPlan env blk = do
 
 -- | An attempt found nothing.
 parked :: Env -> Conn -> Int -> IO ()
-parked env c s = withBlocked c s $ \blk0 -> do
-  let blk = blk0 { blkAttempting = False }
-      b = blkBlock blk
+parked env c s = withBlocked c s $ \blk -> do
+  let b = blkBlock blk
       store = envStore env
       waiters = storeWaiters store
       register = do
         let wake = deliver env c [Wake s]
-        forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (Waker (blkTicket blk) (blkState blk) wake)
+            registered = blk { blkRegistered = True }
+            waker k = Waker (blkTicket blk) (blkState blk) wake (serving (keyColor store k))
+            -- Served where its keys are, when they all share a color.
+            serving color
+              | all ((== color) . keyColor store) (blockKeys b) = Just (serveHere env c registered color)
+              | otherwise = Nothing
+        forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (waker k)
         countBlocked waiters 1
         -- A blocked client is not idle, as in redis (--timeout).
         when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
@@ -584,25 +623,41 @@ parked env c s = withBlocked c s $ \blk0 -> do
           mgr <- getSystemTimerManager
           Just <$> registerTimeout mgr (blockTimeout b * 1000)
             (deliver env c [Then s (Expire (blockEmpty b))] `catch` \RuntimeClosed -> return ())
-        attemptAgain env c blk { blkRegistered = True, blkTimer = timer }
+        attemptAgain env c registered { blkTimer = timer }
   case blkExpired blk of
     Just r -> answerBlocked env c s blk r
     Nothing | not (blkRegistered blk) -> register
             | otherwise -> do
-                st <- readIORef (blkState blk)
-                if st == wWoken
-                  then writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
-                  else writeIORef (connBlocked c) (Just blk)
+                -- Waiting again, unless a write woke it meanwhile.
+                before <- swapState blk (\st -> if st == wAttempting then wWaiting else st)
+                when (before == wWoken) $ attemptAgain env c blk
+
+-- | Attempt a registered command on one of its keys' color, as that
+-- color serves a key (Note [Serving blocked commands]), and send the
+-- outcome to its connection: its reply, its park, or the rest of the
+-- attempt on other colors.
+serveHere :: Env -> Conn -> Blocked -> Int -> IO ()
+serveHere env c blk color = do
+  now <- readNow
+  r <- attemptPlan env blk >>= runHere env color now (blkSeq blk)
+  case r of
+    -- Answered: out of line at once, so the next in line can be served.
+    Then _ (Unblock _) -> () <$ swapState blk (\st -> if st == wAttempting then wServed else st)
+    _ -> return ()
+  deliver env c [r] `catch` \RuntimeClosed -> return ()
+
+-- | Change the command's state atomically; its state before.
+swapState :: Blocked -> (Int -> Int) -> IO Int
+swapState blk f = atomicModifyIORef' (blkState blk) (\st -> (f st, st))
 
 -- | A write woke the command: attempt again, unless an attempt is under
--- way (its park will see the wake).
+-- way (its park will see the wake) or it was ended.
 woken :: Env -> Conn -> Int -> IO ()
-woken env c s = withBlocked c s $ \blk -> unless (blkAttempting blk) $ case blkExpired blk of
-  -- Ended by CLIENT UNBLOCK, its inbox on the way: it takes nothing.
-  Just r -> answerBlocked env c s blk r
-  Nothing -> do
-    st <- readIORef (blkState blk)
-    when (st == wWoken) $ writeIORef (blkState blk) wWaiting >> attemptAgain env c blk
+woken env c s = withBlocked c s $ \blk -> do
+  before <- swapState blk (\st -> if st == wWoken then wAttempting else st)
+  when (before == wWoken) $ case blkExpired blk of
+    Just r -> answerBlocked env c s blk r
+    Nothing -> attemptAgain env c blk
 
 -- | An attempt's reply: the command is done.
 unblocked :: Env -> Conn -> Int -> Reply -> IO ()
@@ -611,12 +666,14 @@ unblocked env c s r = do
   place c s r
 
 -- | The command's time is up, or another client ended it: answer it
--- this, now or when its attempt parks.
+-- this, now, or when its attempt under way parks (an attempt that pops
+-- answers what it popped).
 expired :: Env -> Conn -> Int -> Reply -> IO ()
 expired env c s r0 = withBlocked c s $ \blk -> do
   -- The first to end it decides its reply.
   let r = fromMaybe r0 (blkExpired blk)
-  if blkAttempting blk
+  before <- swapState blk (\st -> if st == wWaiting || st == wWoken then wDone else st)
+  if before == wAttempting || before == wServed
     then writeIORef (connBlocked c) (Just blk { blkExpired = Just r })
     else answerBlocked env c s blk r
 
@@ -635,11 +692,15 @@ unblockClient env t withError = do
     Just blk | isNothing (blkExpired blk) -> do
       let r | withError = RError "UNBLOCKED client unblocked via CLIENT UNBLOCK"
             | otherwise = blockEmpty (blkBlock blk)
-      -- Marked now, so that what reaches the command before the inbox
-      -- does (its attempt's park) answers it this too.
-      writeIORef (connBlocked t) (Just blk { blkExpired = Just r })
-      (deliver env t [Then (blkSeq blk) (Expire r)] `catch` \RuntimeClosed -> return ())
-      return (RInt 1)
+      -- Ended now unless an attempt is under way, so that no key's color
+      -- serves it before its inbox answers it.
+      before <- swapState blk (\st -> if st == wWaiting || st == wWoken then wDone else st)
+      if before == wServed then return (RInt 0) else do
+        -- Marked now, so that what reaches the command before the inbox
+        -- does (its attempt's park) answers it this too.
+        writeIORef (connBlocked t) (Just blk { blkExpired = Just r })
+        (deliver env t [Then (blkSeq blk) (Expire r)] `catch` \RuntimeClosed -> return ())
+        return (RInt 1)
     _ -> return (RInt 0)
 
 -- | The command is done, having taken an element or not: its

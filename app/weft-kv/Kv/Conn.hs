@@ -210,8 +210,6 @@ data Blocked = Blocked
     -- ^ Its state ("Kv.Waiters"), shared with its registrations.
   , blkRegistered :: !Bool
     -- ^ It is registered on its keys (and counted as blocked).
-  , blkAttempting :: !Bool
-    -- ^ An attempt is under way.
   , blkExpired :: !(Maybe Reply)
     -- ^ What it ends with, once its time ran out or CLIENT UNBLOCK ended
     -- it while an attempt was under way (or before its inbox told it).

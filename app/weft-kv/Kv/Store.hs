@@ -44,26 +44,22 @@ module Kv.Store
   ) where
 
 import Control.Monad (forM_, when)
-import Data.Bits (shiftR, xor, (.&.))
+import Data.Bits (shiftR, (.&.))
 import Data.ByteString (ByteString)
 import Data.IORef
-import qualified Data.ByteString.Internal as BI
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import qualified Data.Set as Set
-import Data.Word (Word8, Word64)
+import Data.Word (Word64)
 import Data.Time.Clock.System (SystemTime (..), getSystemTime)
-import Foreign.Ptr (Ptr, plusPtr)
-import Foreign.Storable (peekByteOff)
 import GHC.Clock (getMonotonicTimeNSec)
 import GHC.Float (castDoubleToWord64, castWord64ToDouble)
-import GHC.ForeignPtr (unsafeWithForeignPtr)
 import System.IO.Unsafe (unsafePerformIO)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Deque (Deque, dequeFromList, dequeToList)
-import Kv.Key (Key, storedKey)
+import Kv.Key (Key, keyHash, storedKey)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
@@ -103,37 +99,6 @@ keyColor store = hashColor store . keyHash
 hashColor :: Store -> Int -> Int
 hashColor (Store _ mask _ _) h = h .&. mask
 {-# INLINE hashColor #-}
-
--- | The hash of a key: a 64-bit FNV-style hash of its bytes, taken eight
--- at a time (then the tail byte by byte), mixed. Its low 16 bits are the
--- key's color in a store of 'colorCount' colors; the whole finds the key
--- in its color's table ("Kv.Table"). Word-wise,
--- because a key's color is computed for every command on it: byte-wise
--- FNV-1a was a tenth of weft-kv's instructions under MSET (callgrind).
-keyHash :: ByteString -> Int
-keyHash (BI.PS fp off len) =
-  BI.accursedUnutterablePerformIO $ unsafeWithForeignPtr fp $ \base -> do
-    let p = base `plusPtr` off :: Ptr Word8
-        wordsEnd = len - len `rem` 8
-        mix :: Word64 -> Word64 -> Word64
-        mix h x = (h `xor` x) * 1099511628211
-        goWords !i !h
-          | i >= wordsEnd = goBytes i h
-          | otherwise = do
-              w <- peekByteOff p i :: IO Word64
-              goWords (i + 8) (mix h w)
-        goBytes !i !h
-          | i >= len = return h
-          | otherwise = do
-              b <- peekByteOff p i :: IO Word8
-              goBytes (i + 1) (mix h (fromIntegral b))
-    h <- goWords 0 (14695981039346656037 `xor` fromIntegral len)
-    -- A 64-bit avalanche (MurmurHash3's finaliser), so that every input
-    -- bit reaches the low 16: 200,000 keys of the form key:%012d land on
-    -- 62,389 colors, as many as uniform random colors would.
-    let f1 = (h `xor` (h `shiftR` 33)) * 0xff51afd7ed558ccd
-        f2 = (f1 `xor` (f1 `shiftR` 33)) * 0xc4ceb9fe1a85ec53
-    return (fromIntegral (f2 `xor` (f2 `shiftR` 33)))
 
 ------------------------------------------------------------------------------
 -- Values

@@ -28,6 +28,7 @@ import Kv.Plan
 import Kv.Request (Commands, argsFrom)
 import Kv.Resp
 import Kv.Store
+import Kv.Waiters (serveReady)
 import Kv.Watches
 
 -- Note [Transactions]
@@ -153,7 +154,10 @@ runTransaction env c postTo arm answer watching queued = holdGates env postTo co
       mapM_ (unwatch store) watching
       if changed then return RNilArray else do
         now <- readNow
-        RArray <$> mapM (runNow env c arm colors now (RError "ERR internal error: a transaction's command parked")) plans
+        replies <- mapM (runNow env c arm colors now (RError "ERR internal error: a transaction's command parked")) plans
+        -- The blocked commands its writes can serve, once it is all done.
+        serveHeld store colors
+        return (RArray replies)
 
 -- | A plan over these keys that must be atomic across their colors
 -- ('Isolated': MSETNX), once the connection's earlier commands have run:
@@ -162,7 +166,15 @@ runIsolated :: Env -> Conn -> Post -> Arm -> (Reply -> IO ()) -> [ByteString] ->
 runIsolated env c postTo arm answer keys p = holdGates env postTo colors run answer
   where
     colors = ascending (envStore env) keys
-    run = readNow >>= \now -> runNow env c arm colors now (RError "ERR internal error: an isolated command parked") p
+    run = do
+      now <- readNow
+      r <- runNow env c arm colors now (RError "ERR internal error: an isolated command parked") p
+      r <$ serveHeld (envStore env) colors
+
+-- | Serve the blocked commands the writes on these colors (whose gates
+-- are held) can serve (Note [Serving blocked commands] in "Kv.Batch").
+serveHeld :: Store -> [Int] -> IO ()
+serveHeld store = mapM_ (serveReady (storeWaiters store))
 
 -- | The distinct colors of these keys, in ascending order.
 ascending :: Store -> [ByteString] -> [Int]

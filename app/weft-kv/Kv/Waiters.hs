@@ -8,29 +8,35 @@ module Kv.Waiters
   , wWaiting
   , wWoken
   , wDone
+  , wAttempting
+  , wServed
   , takeTicket
   , addWaker
   , removeWaker
   , wakeKey
+  , serveReady
   , firstInLine
   , blockedClients
   , countBlocked
   ) where
 
-import Control.Monad (unless, when)
+import Control.Monad (forM_, unless, when)
 import Data.ByteString (ByteString)
 import Data.IORef
 import qualified Data.Map.Strict as Map
-import Data.Primitive.Array (Array, arrayFromListN, indexArray)
+import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 
 -- | Per key color, the keys waited for and their wakers in the order of
--- their tickets; how many clients are blocked (INFO's @blocked_clients@);
--- and the next ticket.
+-- their tickets, and the keys written since the color last served them
+-- ('serveReady'); how many clients are blocked (INFO's
+-- @blocked_clients@); and the next ticket.
 --
--- Unlike a color's keys, these maps are written from other colors (the
--- blocked clients' own), always by an atomic update of the whole map, and
--- read by the key's color when a write leaves a list under a key.
-data Waiters = Waiters !(Array (IORef (Map.Map ByteString [Waker]))) !(IORef Int) !(IORef Int)
+-- Unlike a color's keys, the maps of wakers are written from other colors
+-- (the blocked clients' own), always by an atomic update of the whole
+-- map, and read by the key's color when a write leaves a list under a
+-- key. The keys to serve are the color's own, as its table is.
+data Waiters = Waiters !(Array (IORef (Map.Map ByteString [Waker]))) !(Array (IORef [ByteString]))
+                       !(IORef Int) !(IORef Int)
 
 -- | A blocked command's registration on a key: its state, which it
 -- shares with its registrations on its other keys, and what wakes it
@@ -41,26 +47,42 @@ data Waker = Waker
     -- served.
   , wakerState :: !(IORef Int)
   , wakerWake :: IO ()
+    -- ^ Post the wake-up to the command's connection, which attempts
+    -- again.
+  , wakerServe :: Maybe (IO ())
+    -- ^ Attempt the command here, on the key's color, and send its
+    -- outcome to its connection: when all its keys have this color.
   }
 
--- | A blocked command's states: waiting for a key to hold a list; woken
--- (its connection's color will try again); done (answered, timed out or
--- gone), so its registrations are dropped.
-wWaiting, wWoken, wDone :: Int
-wWaiting = 0; wWoken = 1; wDone = 2
+-- | A blocked command's states (Note [Serving blocked commands] in
+-- "Kv.Batch"): waiting for a key to hold a list, no attempt under way;
+-- woken (a write came: its connection's color will attempt again, or
+-- its attempt under way will when it parks); done (answered, timed out
+-- or gone), so its registrations are dropped; an attempt under way
+-- (started by its connection or by a key's color); served by a key's
+-- color (its reply on the way to its connection), as good as done.
+wWaiting, wWoken, wDone, wAttempting, wServed :: Int
+wWaiting = 0; wWoken = 1; wDone = 2; wAttempting = 3; wServed = 4
+
+-- | Whether a command in this state is out of line.
+outOfLine :: Int -> Bool
+outOfLine st = st == wDone || st == wServed
 
 newWaiters :: Int -> IO Waiters
-newWaiters colors = Waiters <$> (arrayFromListN colors <$> mapM (const (newIORef Map.empty)) [1 .. colors]) <*> newIORef 0 <*> newIORef 0
+newWaiters colors =
+  Waiters <$> (arrayFromListN colors <$> mapM (const (newIORef Map.empty)) [1 .. colors])
+          <*> (arrayFromListN colors <$> mapM (const (newIORef [])) [1 .. colors])
+          <*> newIORef 0 <*> newIORef 0
 
 -- | A blocking command's ticket, taken when it starts: commands are
 -- served in the order of their tickets. Runs on any color.
 takeTicket :: Waiters -> IO Int
-takeTicket (Waiters _ _ next) = atomicModifyIORef' next (\t -> (t + 1, t))
+takeTicket (Waiters _ _ _ next) = atomicModifyIORef' next (\t -> (t + 1, t))
 
 -- | Register a waker on a key (of the given color), in its ticket's place.
 -- The key is the caller's own copy. Runs on any color.
 addWaker :: Waiters -> Int -> ByteString -> Waker -> IO ()
-addWaker (Waiters maps _ _) color key w =
+addWaker (Waiters maps _ _ _) color key w =
   atomicModifyIORef' (indexArray maps color) (\m -> (Map.alter (Just . maybe [w] place) key m, ()))
   where
     place ws = let (before, after) = span ((< wakerTicket w) . wakerTicket) ws in before ++ w : after
@@ -68,37 +90,55 @@ addWaker (Waiters maps _ _) color key w =
 -- | Remove a command's registration on a key (given its state cell).
 -- Runs on any color.
 removeWaker :: Waiters -> Int -> ByteString -> IORef Int -> IO ()
-removeWaker (Waiters maps _ _) color key st =
+removeWaker (Waiters maps _ _ _) color key st =
   atomicModifyIORef' (indexArray maps color) (\m -> (Map.update keep key m, ()))
   where
     keep ws = case filter ((/= st) . wakerState) ws of
       [] -> Nothing
       ws' -> Just ws'
 
--- | A write left a list (or sorted set) under a key: wake the first of
--- its commands in line (the one with the earliest ticket that is not
--- done), unless it is woken already and not yet back. Runs on the key's
--- color, after the write.
+-- | A write left a list (or sorted set) under a key: if a command waits
+-- for it, the key is to be served once the write's command is done
+-- ('serveReady'). Runs on the key's color, after the write.
 wakeKey :: Waiters -> Int -> ByteString -> IO ()
-wakeKey (Waiters maps _ _) color key = do
+wakeKey (Waiters maps ready _ _) color key = do
   m <- readIORef (indexArray maps color)
   -- The common case: nobody waits for any key of this color.
-  unless (Map.null m) $ case Map.lookup key m of
-    Nothing -> return ()
-    Just ws -> go ws
+  unless (Map.null m) $ when (Map.member key m) $
+    modifyIORef' (indexArray ready color) (key :)
+
+-- | Serve the keys of a color written since it last served them, in the
+-- order they were written: for each, the first of its commands in line
+-- (the earliest ticket not done) attempts now, here, if it waits (and
+-- all its keys have this color: 'wakerServe'), or is woken (its
+-- connection attempts); if its attempt is under way, it is woken, to
+-- attempt again when that one parks. Until none is left: what an
+-- attempt here writes is served too. Runs on the color (or where its
+-- gate is held), after each command; does nothing on a color that is
+-- not a key color (a connection's).
+serveReady :: Waiters -> Int -> IO ()
+serveReady waiters@(Waiters maps ready _ _) color = when (color < sizeofArray ready) $ do
+  keys <- readIORef (indexArray ready color)
+  unless (null keys) $ do
+    writeIORef (indexArray ready color) []
+    forM_ (reverse keys) $ \key -> readIORef (indexArray maps color) >>= maybe (return ()) go . Map.lookup key
+    serveReady waiters color
   where
     go (w : more) = do
       st <- readIORef (wakerState w)
-      if st == wDone then go more else do
-        woke <- atomicModifyIORef' (wakerState w) (\s -> if s == wWaiting then (wWoken, True) else (s, False))
-        when woke (wakerWake w)
+      if outOfLine st then go more else do
+        let next s | s == wWaiting = (maybe wWoken (const wAttempting) (wakerServe w), s)
+                   | s == wAttempting = (wWoken, s)
+                   | otherwise = (s, s)
+        before <- atomicModifyIORef' (wakerState w) next
+        when (before == wWaiting) $ maybe (wakerWake w) id (wakerServe w)
     go [] = return ()
 
 -- | Whether no command with an earlier ticket than this one waits for the
 -- key and is not done: it is this command's turn to pop from the key's
 -- list (Note [Blocked commands] in "Kv.Batch"). Runs on any color.
 firstInLine :: Waiters -> Int -> ByteString -> Int -> IO Bool
-firstInLine (Waiters maps _ _) color key ticket = do
+firstInLine (Waiters maps _ _ _) color key ticket = do
   m <- readIORef (indexArray maps color)
   if Map.null m then return True else case Map.lookup key m of
     Nothing -> return True
@@ -106,13 +146,13 @@ firstInLine (Waiters maps _ _) color key ticket = do
   where
     go (w : more) | wakerTicket w < ticket = do
       st <- readIORef (wakerState w)
-      if st == wDone then go more else return False
+      if outOfLine st then go more else return False
     go _ = return True
 
 -- | How many clients are blocked.
 blockedClients :: Waiters -> IO Int
-blockedClients (Waiters _ n _) = readIORef n
+blockedClients (Waiters _ _ n _) = readIORef n
 
 -- | A client blocks (1) or is done blocking (-1).
 countBlocked :: Waiters -> Int -> IO ()
-countBlocked (Waiters _ n _) d = atomicModifyIORef' n (\k -> (k + d, ()))
+countBlocked (Waiters _ _ n _) d = atomicModifyIORef' n (\k -> (k + d, ()))
