@@ -118,10 +118,23 @@ foreign import ccall unsafe "string.h memcmp"
 keyHash :: ByteString -> Int
 keyHash key = let !h = bytesHash key in if bracesIn key /= 0 then taggedHash key h else h
 
--- | Non-zero if a byte of the string is a @{@: eight bytes at a time, a
--- zero byte of the word xor eight @{@s.
+-- | Non-zero if a byte of the string is a @{@: a word has one when the
+-- word xor eight @{@s has a zero byte.
 bracesIn :: ByteString -> Int
-bracesIn (BI.PS fp off len) =
+bracesIn = fromIntegral . foldBytes brace (\acc b -> if b == 123 then 1 else acc) 0
+  where
+    brace acc w = let x = w `xor` 0x7b7b7b7b7b7b7b7b
+                  in acc .|. ((x - 0x0101010101010101) .&. complement x .&. 0x8080808080808080)
+
+-- | The hash of a string's bytes (see 'keyHash').
+bytesHash :: ByteString -> Int
+bytesHash bs = fromIntegral (finalHash (foldBytes mixWord (\h b -> mixWord h (fromIntegral b)) seed bs))
+  where seed = 14695981039346656037 `xor` fromIntegral (B.length bs)
+
+-- | A strict left fold over a string's bytes, eight at a time (a word
+-- read as the machine reads it), then the last few one by one.
+foldBytes :: (Word64 -> Word64 -> Word64) -> (Word64 -> Word8 -> Word64) -> Word64 -> ByteString -> Word64
+foldBytes word byte z (BI.PS fp off len) =
   BI.accursedUnutterablePerformIO $ unsafeWithForeignPtr fp $ \base -> do
     let p = base `plusPtr` off :: Ptr Word8
         wordsEnd = len - len `rem` 8
@@ -129,32 +142,14 @@ bracesIn (BI.PS fp off len) =
           | i >= wordsEnd = goBytes i acc
           | otherwise = do
               w <- peekByteOff p i :: IO Word64
-              let x = w `xor` 0x7b7b7b7b7b7b7b7b
-              goWords (i + 8) (acc .|. ((x - 0x0101010101010101) .&. complement x .&. 0x8080808080808080))
+              goWords (i + 8) (word acc w)
         goBytes !i !acc
-          | i >= len = return (fromIntegral acc)
+          | i >= len = return acc
           | otherwise = do
               b <- peekByteOff p i :: IO Word8
-              goBytes (i + 1) (if b == 123 then 1 else acc)
-    goWords 0 (0 :: Word64)
-
--- | The hash of a string's bytes (see 'keyHash').
-bytesHash :: ByteString -> Int
-bytesHash (BI.PS fp off len) =
-  BI.accursedUnutterablePerformIO $ unsafeWithForeignPtr fp $ \base -> do
-    let p = base `plusPtr` off :: Ptr Word8
-        wordsEnd = len - len `rem` 8
-        goWords !i !h
-          | i >= wordsEnd = goBytes i h
-          | otherwise = do
-              w <- peekByteOff p i :: IO Word64
-              goWords (i + 8) (mixWord h w)
-        goBytes !i !h
-          | i >= len = return (fromIntegral (finalHash h))
-          | otherwise = do
-              b <- peekByteOff p i :: IO Word8
-              goBytes (i + 1) (mixWord h (fromIntegral b))
-    goWords 0 (14695981039346656037 `xor` fromIntegral len)
+              goBytes (i + 1) (byte acc b)
+    goWords 0 z
+{-# INLINE foldBytes #-}
 
 -- | A key's hash with the color of its hash tag, if it has one (Note
 -- [Hash tags]).
