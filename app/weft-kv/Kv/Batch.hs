@@ -407,9 +407,7 @@ runWorks :: Env -> Conn -> Int -> [Work] -> IO ()
 runWorks env c color works = do
   -- One clock read for the batch: it only decides which keys have expired.
   now <- readNow
-  let arm = armExpiry env
-      runOne h key op = runKeyOp (envStore env) arm now h key op
-      runKey key = runOne (keyHash key) key
+  let runOne h key op = runKeyOp (envStore env) (armExpiry env) now h key op
       -- The results, latest first; flushing colors but the last have
       -- nothing to answer. The older works run first, on the stack.
       go [] = return []
@@ -422,10 +420,11 @@ runWorks env c color works = do
           done <- whole s r
           return (done : acc)
         WorkParts s ps -> do
-          rs <- mapM (\(i, key, op) -> (,) i <$> runKey key op) ps
+          rs <- mapM (\(i, key, op) -> (,) i <$> runKeyAt env now key op) ps
           return (Parts s rs : acc)
         WorkAll s ps joinParts -> do
-          r <- mapM (uncurry runKey) ps >>= runHere env color now s . joinParts
+          -- Its keys are all this color's.
+          r <- runHere env color now s (Steps ps joinParts)
           return (r : acc)
         WorkFlush s left -> do
           flushColor (envStore env) color
@@ -454,7 +453,7 @@ runHere :: Env -> Int -> Now -> Int -> Plan -> IO Result
 runHere env color now s = finish
   where
     store = envStore env
-    runKey key = runKeyOp store (armExpiry env) now (keyHash key) key
+    runKey = runKeyAt env now
     here key = keyColor store key == color
     finish next = case next of
       Answer r -> whole s r
@@ -463,6 +462,10 @@ runHere env color now s = finish
       OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish . Answer . joinParts
       Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish . joinParts
       _ -> return (Then s next)
+
+-- | Run an operation on a key, on the key's color.
+runKeyAt :: Env -> Now -> ByteString -> KeyOp -> IO Reply
+runKeyAt env now key = runKeyOp (envStore env) (armExpiry env) now (keyHash key) key
 
 ------------------------------------------------------------------------------
 -- Expiry
