@@ -575,7 +575,7 @@ startBlock :: Env -> Conn -> Int -> Block -> Groups -> IO Groups
 startBlock env c s b groups = do
   st <- newIORef wAttempting
   ticket <- takeTicket (storeWaiters (envStore env))
-  let blk = Blocked s b ticket st False Nothing Nothing
+  let blk = Blocked s b ticket st False False Nothing Nothing
   writeIORef (connBlocked c) (Just blk)
   attempt <- attemptPlan env blk
   keyWork env c s attempt groups
@@ -619,7 +619,6 @@ parked env c s = withBlocked c s $ \blk -> do
               | all ((== color) . keyColor store) (blockKeys b) = Just (serveHere env c registered color)
               | otherwise = Nothing
         forM_ (blockKeys b) $ \k -> addWaker waiters (keyColor store k) k (waker k)
-        countBlocked waiters 1
         -- A blocked client is not idle, as in redis (--timeout).
         when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) 0
         timer <- if blockTimeout b <= 0 then return Nothing else do
@@ -633,7 +632,12 @@ parked env c s = withBlocked c s $ \blk -> do
             | otherwise -> do
                 -- Waiting again, unless a write woke it meanwhile.
                 before <- swapState blk (\st -> if st == wAttempting then wWaiting else st)
-                when (before == wWoken) $ attemptAgain env c blk
+                if before == wWoken then attemptAgain env c blk else
+                  -- Counted once it waits, so that a client INFO counts
+                  -- is one a push serves at once.
+                  unless (blkCounted blk) $ do
+                    countBlocked waiters 1
+                    writeIORef (connBlocked c) (Just blk { blkCounted = True })
 
 -- | Attempt a registered command on one of its keys' color, as that
 -- color serves a key (Note [Serving blocked commands]), and send the
@@ -717,7 +721,7 @@ endBlock env c blk = do
   when (blkRegistered blk) $ do
     let store = envStore env
     forM_ keys $ \k -> removeWaker (storeWaiters store) (keyColor store k) k (blkState blk)
-    countBlocked (storeWaiters store) (-1)
+    when (blkCounted blk) $ countBlocked (storeWaiters store) (-1)
     when (fst (envTimeout env) > 0) $ Net.setIdleTimeout (connSocket c) (fst (envTimeout env))
     -- Under the command's number, answered already: the 'Park' it ends in
     -- finds no blocked command and does nothing.

@@ -208,6 +208,9 @@ data Blocked = Blocked
     -- ^ Its place among blocked commands ('takeTicket').
   , blkState :: !(IORef Int)
     -- ^ Its state ("Kv.Waiters"), shared with its registrations.
+  , blkCounted :: !Bool
+    -- ^ Counted as blocked: since its first attempt after registering
+    -- parked, when it waits with no attempt under way.
   , blkRegistered :: !Bool
     -- ^ It is registered on its keys (and counted as blocked).
   , blkExpired :: !(Maybe Reply)
