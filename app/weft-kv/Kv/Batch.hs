@@ -550,7 +550,7 @@ armExpiry env key deadline us = do
 -- ('serveHeld' in "Kv.Transaction": its pushes are seen by a blocked
 -- client as one), the color serves the keys written ('serveReady' in
 -- "Kv.Waiters"). A command whose keys all have the key's color (all of
--- them, with keys that share a hash tag: Note [Hash tags] in "Kv.Store")
+-- them, with keys that share a hash tag: Note [Hash tags] in "Kv.Key")
 -- attempts there and then ('serveHere'), so its element is taken before
 -- the writer's next command runs and before the writer is answered; what
 -- that attempt writes (a BLMOVE's push) is served in turn, so a chain of
@@ -657,6 +657,11 @@ serveHere env c blk color = do
 swapState :: Blocked -> (Int -> Int) -> IO Int
 swapState blk f = atomicModifyIORef' (blkState blk) (\st -> (f st, st))
 
+-- | End the command (done) if it is waiting or woken, not if an attempt
+-- is under way or it was served; its state before.
+endUnlessAttempting :: Blocked -> IO Int
+endUnlessAttempting blk = swapState blk (\st -> if st == wWaiting || st == wWoken then wDone else st)
+
 -- | A write woke the command: attempt again, unless an attempt is under
 -- way (its park will see the wake) or it was ended.
 woken :: Env -> Conn -> Int -> IO ()
@@ -679,7 +684,7 @@ expired :: Env -> Conn -> Int -> Reply -> IO ()
 expired env c s r0 = withBlocked c s $ \blk -> do
   -- The first to end it decides its reply.
   let r = fromMaybe r0 (blkExpired blk)
-  before <- swapState blk (\st -> if st == wWaiting || st == wWoken then wDone else st)
+  before <- endUnlessAttempting blk
   if before == wAttempting || before == wServed
     then writeIORef (connBlocked c) (Just blk { blkExpired = Just r })
     else answerBlocked env c s blk r
@@ -701,7 +706,7 @@ unblockClient env t withError = do
             | otherwise = blockEmpty (blkBlock blk)
       -- Ended now unless an attempt is under way, so that no key's color
       -- serves it before its inbox answers it.
-      before <- swapState blk (\st -> if st == wWaiting || st == wWoken then wDone else st)
+      before <- endUnlessAttempting blk
       if before == wServed then return (RInt 0) else do
         -- Marked now, so that what reaches the command before the inbox
         -- does (its attempt's park) answers it this too.

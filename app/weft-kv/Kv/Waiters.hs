@@ -23,6 +23,7 @@ module Kv.Waiters
 import Control.Monad (forM_, unless, when)
 import Data.ByteString (ByteString)
 import Data.IORef
+import Data.Maybe (fromMaybe)
 import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 
@@ -35,8 +36,15 @@ import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 -- (the blocked clients' own), always by an atomic update of the whole
 -- map, and read by the key's color when a write leaves a list under a
 -- key. The keys to serve are the color's own, as its table is.
-data Waiters = Waiters !(Array (IORef (Map.Map ByteString [Waker]))) !(Array (IORef [ByteString]))
-                       !(IORef Int) !(IORef Int)
+data Waiters = Waiters
+  { waitedKeys   :: !(Array (IORef (Map.Map ByteString [Waker])))
+    -- ^ Per key color, its waited keys' wakers in ticket order.
+  , keysToServe  :: !(Array (IORef [ByteString]))
+    -- ^ Per key color, the waited keys written since it last served
+    -- them, latest first.
+  , blockedCount :: !(IORef Int)
+  , nextTicket   :: !(IORef Int)
+  }
 
 -- | A blocked command's registration on a key: its state, which it
 -- shares with its registrations on its other keys, and what wakes it
@@ -77,21 +85,21 @@ newWaiters colors =
 -- | A blocking command's ticket, taken when it starts: commands are
 -- served in the order of their tickets. Runs on any color.
 takeTicket :: Waiters -> IO Int
-takeTicket (Waiters _ _ _ next) = atomicModifyIORef' next (\t -> (t + 1, t))
+takeTicket w = atomicModifyIORef' (nextTicket w) (\t -> (t + 1, t))
 
 -- | Register a waker on a key (of the given color), in its ticket's place.
 -- The key is the caller's own copy. Runs on any color.
 addWaker :: Waiters -> Int -> ByteString -> Waker -> IO ()
-addWaker (Waiters maps _ _ _) color key w =
-  atomicModifyIORef' (indexArray maps color) (\m -> (Map.alter (Just . maybe [w] place) key m, ()))
+addWaker waiters color key w =
+  atomicModifyIORef' (indexArray (waitedKeys waiters) color) (\m -> (Map.alter (Just . maybe [w] place) key m, ()))
   where
     place ws = let (before, after) = span ((< wakerTicket w) . wakerTicket) ws in before ++ w : after
 
 -- | Remove a command's registration on a key (given its state cell).
 -- Runs on any color.
 removeWaker :: Waiters -> Int -> ByteString -> IORef Int -> IO ()
-removeWaker (Waiters maps _ _ _) color key st =
-  atomicModifyIORef' (indexArray maps color) (\m -> (Map.update keep key m, ()))
+removeWaker waiters color key st =
+  atomicModifyIORef' (indexArray (waitedKeys waiters) color) (\m -> (Map.update keep key m, ()))
   where
     keep ws = case filter ((/= st) . wakerState) ws of
       [] -> Nothing
@@ -101,11 +109,11 @@ removeWaker (Waiters maps _ _ _) color key st =
 -- for it, the key is to be served once the write's command is done
 -- ('serveReady'). Runs on the key's color, after the write.
 wakeKey :: Waiters -> Int -> ByteString -> IO ()
-wakeKey (Waiters maps ready _ _) color key = do
-  m <- readIORef (indexArray maps color)
+wakeKey waiters color key = do
+  m <- readIORef (indexArray (waitedKeys waiters) color)
   -- The common case: nobody waits for any key of this color.
   unless (Map.null m) $ when (Map.member key m) $
-    modifyIORef' (indexArray ready color) (key :)
+    modifyIORef' (indexArray (keysToServe waiters) color) (key :)
 
 -- | Serve the keys of a color written since it last served them, in the
 -- order they were written: for each, the first of its commands in line
@@ -117,11 +125,12 @@ wakeKey (Waiters maps ready _ _) color key = do
 -- gate is held), after each command; does nothing on a color that is
 -- not a key color (a connection's).
 serveReady :: Waiters -> Int -> IO ()
-serveReady waiters@(Waiters maps ready _ _) color = when (color < sizeofArray ready) $ do
+serveReady waiters color = when (color < sizeofArray ready) $ do
   keys <- readIORef (indexArray ready color)
   unless (null keys) $ do
     writeIORef (indexArray ready color) []
-    forM_ (reverse keys) $ \key -> readIORef (indexArray maps color) >>= maybe (return ()) go . Map.lookup key
+    forM_ (reverse keys) $ \key ->
+      readIORef (indexArray (waitedKeys waiters) color) >>= maybe (return ()) go . Map.lookup key
     serveReady waiters color
   where
     go (w : more) = do
@@ -131,15 +140,16 @@ serveReady waiters@(Waiters maps ready _ _) color = when (color < sizeofArray re
                    | s == wAttempting = (wWoken, s)
                    | otherwise = (s, s)
         before <- atomicModifyIORef' (wakerState w) next
-        when (before == wWaiting) $ maybe (wakerWake w) id (wakerServe w)
+        when (before == wWaiting) $ fromMaybe (wakerWake w) (wakerServe w)
     go [] = return ()
+    ready = keysToServe waiters
 
 -- | Whether no command with an earlier ticket than this one waits for the
 -- key and is not done: it is this command's turn to pop from the key's
 -- list (Note [Blocked commands] in "Kv.Batch"). Runs on any color.
 firstInLine :: Waiters -> Int -> ByteString -> Int -> IO Bool
-firstInLine (Waiters maps _ _ _) color key ticket = do
-  m <- readIORef (indexArray maps color)
+firstInLine waiters color key ticket = do
+  m <- readIORef (indexArray (waitedKeys waiters) color)
   if Map.null m then return True else case Map.lookup key m of
     Nothing -> return True
     Just ws -> go ws
@@ -151,8 +161,8 @@ firstInLine (Waiters maps _ _ _) color key ticket = do
 
 -- | How many clients are blocked.
 blockedClients :: Waiters -> IO Int
-blockedClients (Waiters _ _ n _) = readIORef n
+blockedClients = readIORef . blockedCount
 
 -- | A client blocks (1) or is done blocking (-1).
 countBlocked :: Waiters -> Int -> IO ()
-countBlocked (Waiters _ _ n _) d = atomicModifyIORef' n (\k -> (k + d, ()))
+countBlocked w d = atomicModifyIORef' (blockedCount w) (\k -> (k + d, ()))
