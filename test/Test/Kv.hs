@@ -1460,9 +1460,13 @@ serverSpec = do
   it "passes on an element a blocked BRPOPLPUSH cannot move, to the client blocked after it, pushed with no pause" $ \addr ->
     withClient addr $ \b -> forM_ [1 .. 40 :: Int] $ \_ -> withClient addr $ \a1 -> withClient addr $ \a2 -> do
       _ <- run b [["DEL", "bm:q", "bm:t1", "bm:t2"], ["SET", "bm:t1", "nolist"]]
-      -- As redis's own test sends them: no wait between the three.
       sendRaw a1 (encodeCommand ["BRPOPLPUSH", "bm:q", "bm:t1", "0"])
-      threadDelay 1000
+      -- The first client must be first in line: commands on different
+      -- connections are not ordered by arrival, so a pause alone could
+      -- let the second block first and take the element. Then, as
+      -- redis's own test sends them, no wait between the second's
+      -- command and the push.
+      waitBlocked b 1
       sendRaw a2 (encodeCommand ["BRPOPLPUSH", "bm:q", "bm:t2", "0"])
       sendRaw b (encodeCommand ["LPUSH", "bm:q", "foo"])
       replies b 1 `shouldReturn` [RInt 1]
