@@ -16,13 +16,13 @@ module Kv.Admin
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
-import qualified Data.Map.Strict as Map
-import qualified Data.Set as Set
 
 import Kv.Deque (dequeToList)
+import Kv.Packed (packedKeys, packedToAscList)
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
+import Kv.Sorted (zsetAsc)
 import Kv.Str (strLength)
 import Kv.Text (globMatch)
 import Kv.Waiters (blockedClients)
@@ -142,9 +142,9 @@ memoryCommand (sub : k : opts)
     usage = OnKey k (\_ _ v -> Outcome Keep (maybe RNil (RInt . (+ (B.length k + perItem)) . valueBytes) v))
     valueBytes (VString s) = strLength s
     valueBytes (VList xs) = sum [ B.length x + perItem | x <- dequeToList xs ]
-    valueBytes (VSet xs) = sum [ B.length x + perItem | x <- Set.toList xs ]
-    valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- Map.toList h ]
-    valueBytes (VZSet (ZSet m _)) = sum [ B.length x + 3 * perItem | x <- Map.keys m ]
+    valueBytes (VSet xs) = sum [ B.length x + perItem | x <- packedKeys xs ]
+    valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- packedToAscList h ]
+    valueBytes (VZSet z) = sum [ B.length x + 3 * perItem | (_, x) <- zsetAsc z ]
     perItem = 16
 memoryCommand (sub : _) = Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try MEMORY HELP."))
 memoryCommand [] = Answer (RError "ERR wrong number of arguments for 'memory' command")

@@ -19,6 +19,7 @@ module Kv.Deque
   , dequeAppend
   , packItems
   , openItems
+  , copyIn
   ) where
 
 import Data.ByteString (ByteString)

@@ -38,9 +38,9 @@ module Kv.Plan
 import Data.Bits (shiftR, xor)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import qualified Data.Set as Set
 import Data.Word (Word64)
 
+import Kv.Packed (Packed, packedAt, packedDeleteAt, packedSize)
 import Kv.Resp
 import Kv.Store
 import Kv.Text (readDouble)
@@ -215,13 +215,13 @@ data Combine = Union | Inter | Diff
 
 -- | Up to @n@ distinct members drawn at random, in draw order, and the
 -- members left (SPOP, SRANDMEMBER, ZRANDMEMBER).
-pickDistinct :: Int -> Set.Set a -> [Word64] -> ([a], Set.Set a)
+pickDistinct :: Int -> Packed -> [Word64] -> ([(ByteString, ByteString)], Packed)
 pickDistinct n0 s0 = go n0 s0 []
   where
     go n set acc (r : rs)
-      | n > 0 && not (Set.null set) =
-          let i = fromIntegral (r `mod` fromIntegral (Set.size set))
-          in go (n - 1) (Set.deleteAt i set) (Set.elemAt i set : acc) rs
+      | n > 0 && packedSize set > 0 =
+          let i = fromIntegral (r `mod` fromIntegral (packedSize set))
+          in go (n - 1) (packedDeleteAt i set) (packedAt i set : acc) rs
     go _ set acc _ = (reverse acc, set)
 
 -- | A seed for random choices, from the monotonic clock in nanoseconds.
@@ -258,7 +258,7 @@ randomArgs option (n : rest) k = case readInteger n of
         _ -> Answer syntaxError
 
 -- | One of a collection's items at random, if it has any.
-randomItem :: Now -> Set.Set a -> Maybe a
+randomItem :: Now -> Packed -> Maybe (ByteString, ByteString)
 randomItem now s = case randomItems now (-1) s [] of
   [x] -> Just x
   _ -> Nothing
@@ -267,11 +267,11 @@ randomItem now s = case randomItems now (-1) s [] of
 -- ZRANDMEMBER and HRANDFIELD choose them: for a negative count, that many
 -- with repeats; for a count of at least the size, all of them, in the
 -- order given (@whole@: each command's own); else that many distinct ones.
-randomItems :: Now -> Int -> Set.Set a -> [a] -> [a]
+randomItems :: Now -> Int -> Packed -> [(ByteString, ByteString)] -> [(ByteString, ByteString)]
 randomItems now c s whole
-  | c < 0 = if Set.null s then [] else map at (take (negate c) rs)
-  | c >= Set.size s = whole
+  | c < 0 = if packedSize s == 0 then [] else map at (take (negate c) rs)
+  | c >= packedSize s = whole
   | otherwise = fst (pickDistinct c s rs)
   where
     rs = randoms (clockSeed now)
-    at r = Set.elemAt (fromIntegral (r `mod` fromIntegral (Set.size s))) s
+    at r = packedAt (fromIntegral (r `mod` fromIntegral (packedSize s))) s

@@ -16,6 +16,7 @@ import qualified Data.ByteString as B
 import Data.Maybe (fromMaybe, listToMaybe)
 import qualified Data.Set as Set
 
+import Kv.Packed
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
@@ -45,13 +46,13 @@ setCommands =
 -- set are copied in, and a set that gains none stays as it is.
 saddOp :: [ByteString] -> KeyOp
 saddOp ms _ _ v = case v of
-  Nothing -> add Set.empty
+  Nothing -> add packedEmpty
   Just (VSet s) -> add s
   Just _ -> Outcome Keep wrongType
   where
-    add s = let s' = foldr (\m acc -> if Set.member m acc then acc else Set.insert (B.copy m) acc) s ms
-                added = Set.size s' - Set.size s
-            in Outcome (if added == 0 && not (Set.null s) then Keep else Replace (VSet s')) (RInt added)
+    add s = let s' = foldr (\m acc -> if packedMember m acc then acc else packedInsert m B.empty acc) s ms
+                added = packedSize s' - packedSize s
+            in Outcome (if added == 0 && not (packedNull s) then Keep else Replace (VSet s')) (RInt added)
 
 -- | SPOP key [count]
 spopCommand :: [ByteString] -> Plan
@@ -66,10 +67,10 @@ spopOp count now _ v = case v of
   Nothing -> Outcome Keep (if count == Nothing then RNil else RArray [])
   Just (VSet s) ->
     let (taken, rest) = pickDistinct (fromMaybe 1 count) s (randoms (clockSeed now))
-        update = if Set.null rest then Delete else Replace (VSet rest)
+        update = if packedNull rest then Delete else Replace (VSet rest)
         reply = case count of
-          Nothing -> maybe RNil RBulk (listToMaybe taken)
-          Just _ -> RArray (map RBulk taken)
+          Nothing -> maybe RNil (RBulk . fst) (listToMaybe taken)
+          Just _ -> RArray (map (RBulk . fst) taken)
     in Outcome (if null taken then Keep else update) reply
   Just _ -> Outcome Keep wrongType
 
@@ -80,36 +81,36 @@ srandmemberOp :: Maybe Int -> KeyOp
 srandmemberOp count now _ v = Outcome Keep $ case v of
   Nothing -> if count == Nothing then RNil else RArray []
   Just (VSet s) -> case count of
-    Nothing -> maybe RNil RBulk (randomItem now s)
-    Just c -> RArray (map RBulk (randomItems now c s (Set.toList s)))
+    Nothing -> maybe RNil (RBulk . fst) (randomItem now s)
+    Just c -> RArray (map (RBulk . fst) (randomItems now c s (packedToAscList s)))
   Just _ -> wrongType
 
 scardOp :: KeyOp
-scardOp = sizeOp (\x -> case x of VSet m -> Just (Set.size m); _ -> Nothing)
+scardOp = sizeOp (\x -> case x of VSet m -> Just (packedSize m); _ -> Nothing)
 
 -- | SREM: how many of the members were there; an emptied set goes.
 sremOp :: [ByteString] -> KeyOp
-sremOp = removeFrom (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet Set.delete Set.size
+sremOp = removeFrom (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet packedDelete packedSize
 
 -- | SMEMBERS: the members, in no order a client may rely on (redis's
 -- order is its hash table's; this is byte order).
 smembersOp :: KeyOp
 smembersOp _ _ v = Outcome Keep $ case v of
   Nothing -> RArray []
-  Just (VSet s) -> RArray (map RBulk (Set.toList s))
+  Just (VSet s) -> RArray (map RBulk (packedKeys s))
   Just _ -> wrongType
 
 sismemberOp :: ByteString -> KeyOp
 sismemberOp m _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
-  Just (VSet s) -> RInt (if Set.member m s then 1 else 0)
+  Just (VSet s) -> RInt (if packedMember m s then 1 else 0)
   Just _ -> wrongType
 
 -- | SMISMEMBER key member [member ...]: 1 or 0 for each.
 smismemberOp :: [ByteString] -> KeyOp
 smismemberOp ms _ _ v = Outcome Keep $ case v of
   Nothing -> RArray (map (const (RInt 0)) ms)
-  Just (VSet s) -> RArray [ RInt (if Set.member m s then 1 else 0) | m <- ms ]
+  Just (VSet s) -> RArray [ RInt (if packedMember m s then 1 else 0) | m <- ms ]
   Just _ -> wrongType
 
 ------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ combineParts how rs = case [ e | e@(RError _) <- rs ] of
 readSet :: KeyOp
 readSet _ _ v = Outcome Keep $ case v of
   Nothing -> RArray []
-  Just (VSet s) -> RArray (map RBulk (Set.toAscList s))
+  Just (VSet s) -> RArray (map RBulk (packedKeys s))
   Just _ -> wrongType
 
 -- | The STORE forms' write: the destination, of whatever type it was,
@@ -153,7 +154,7 @@ readSet _ _ v = Outcome Keep $ case v of
 storeOp :: Set.Set ByteString -> KeyOp
 storeOp s _ _ v
   | Set.null s = Outcome (maybe Keep (const Delete) v) (RInt 0)
-  | otherwise = Outcome (Fresh (VSet (Set.map B.copy s))) (RInt (Set.size s))
+  | otherwise = Outcome (Fresh (VSet (packedFromAscList [ (m, B.empty) | m <- Set.toAscList s ]))) (RInt (Set.size s))
 
 -- | SINTERCARD numkeys key [key ...] [LIMIT limit]: the intersection's
 -- size, counted up to the limit (0: no limit), with redis's errors.
@@ -187,7 +188,7 @@ smoveCommand src dst m = Steps [(src, probe), (dst, readType)] decide
   where
     probe _ _ v = Outcome Keep $ case v of
       Nothing -> RNil
-      Just (VSet s) -> RInt (if Set.member m s then 1 else 0)
+      Just (VSet s) -> RInt (if packedMember m s then 1 else 0)
       Just _ -> wrongType
     readType _ _ v = Outcome Keep $ case v of
       Just (VSet _) -> RInt 1
@@ -200,6 +201,6 @@ smoveCommand src dst m = Steps [(src, probe), (dst, readType)] decide
       (present, _) | src == dst || present == RInt 0 -> Answer present
       _ -> Steps [(src, sremOp [m])] moved
     decide _ = Answer syntaxError
-    moved [RInt 1] = OnKey dst (answering (RInt 1) (saddOp [B.copy m]))
+    moved [RInt 1] = OnKey dst (answering (RInt 1) (saddOp [m]))
     moved [r] = Answer r
     moved _ = Answer syntaxError

@@ -11,8 +11,6 @@ module Kv.Store
   , validKeyColors
     -- * Values
   , Value (..)
-  , ZSet (..)
-  , emptyZSet
   , valuePart
   , partValue
   , scoredItems
@@ -46,10 +44,9 @@ module Kv.Store
 import Control.Monad (forM_, when)
 import Data.Bits (shiftR, (.&.))
 import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
 import Data.IORef
-import qualified Data.Map.Strict as Map
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
-import qualified Data.Set as Set
 import Data.Word (Word64)
 import Data.Time.Clock.System (SystemTime (..), getSystemTime)
 import GHC.Clock (getMonotonicTimeNSec)
@@ -60,6 +57,8 @@ import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Key (Key, keyHash, storedKey)
+import Kv.Packed (Packed, packedFromAscList, packedKeys, packedToAscList)
+import Kv.Sorted (ZSet, zsetAsc, zsetFromAscList)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
@@ -104,20 +103,15 @@ hashColor (Store _ mask _ _) h = h .&. mask
 -- Values
 
 -- | What a key holds. A string is its bytes (Note [Stored strings] in
--- "Kv.Str").
+-- "Kv.Str"); a set's members, a hash's fields and values and a sorted
+-- set's members and scores are packed (Note [Packed maps] in
+-- "Kv.Packed"), a set's members with empty values.
 data Value
   = VString {-# UNPACK #-} !Str
   | VList !Deque
-  | VSet !(Set.Set ByteString)
-  | VHash !(Map.Map ByteString ByteString)
+  | VSet !Packed
+  | VHash !Packed
   | VZSet !ZSet
-
--- | A sorted set: each member's score, and the members in (score, member)
--- order.
-data ZSet = ZSet !(Map.Map ByteString Double) !(Set.Set (Double, ByteString))
-
-emptyZSet :: ZSet
-emptyZSet = ZSet Map.empty Set.empty
 
 -- Note [Values in parts]
 -- ~~~~~~~~~~~~~~~~~~~~~~~
@@ -138,9 +132,9 @@ valuePart deadline v = case v of
   -- before the part is read (Note [Stored strings] in "Kv.Str").
   VString s -> let !c = strClone s in RArray [RInt deadline, RInt 0, RStored c]
   VList xs -> part 1 (map RBulk (dequeToList xs))
-  VSet xs -> part 2 (map RBulk (Set.toAscList xs))
-  VHash h -> part 3 (concat [ [RBulk f, RBulk x] | (f, x) <- Map.toAscList h ])
-  VZSet (ZSet _ ordered) -> part 4 (scoredItems (Set.toAscList ordered))
+  VSet xs -> part 2 (map RBulk (packedKeys xs))
+  VHash h -> part 3 (concat [ [RBulk f, RBulk x] | (f, x) <- packedToAscList h ])
+  VZSet z -> part 4 (scoredItems (zsetAsc z))
   where part tag xs = RArray (RInt deadline : RInt tag : xs)
 
 -- | The value and expiry deadline of a part 'valuePart' wrote.
@@ -148,9 +142,9 @@ partValue :: Reply -> Maybe (Int, Value)
 partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
   0 | [RStored s] <- xs -> Just (VString s)
   1 -> VList . dequeFromList <$> traverse bulk xs
-  2 -> VSet . Set.fromDistinctAscList <$> traverse bulk xs
-  3 -> VHash . Map.fromDistinctAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
-  4 -> (\ps -> VZSet (ZSet (Map.fromList [ (m, sc) | (sc, m) <- ps ]) (Set.fromDistinctAscList ps))) <$> itemsScored xs
+  2 -> VSet . packedFromAscList . map (\m -> (m, B.empty)) <$> traverse bulk xs
+  3 -> VHash . packedFromAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
+  4 -> VZSet . zsetFromAscList <$> itemsScored xs
   _ -> Nothing
   where
     bulk (RBulk b) = Just b

@@ -18,19 +18,18 @@ module Kv.ZRange
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Maybe (fromMaybe)
-import qualified Data.Set as Set
-
 import Kv.Plan
 import Kv.Resp
+import Kv.Sorted
 import Kv.Text (readBound)
 
 -- | The members within score bounds, lowest first.
-byScore :: Bound -> Bound -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
-byScore lo hi = filter (\(s, _) -> atLeast lo s && atMost hi s) . Set.toAscList
+byScore :: Bound -> Bound -> ZSet -> [(Double, ByteString)]
+byScore lo hi = filter (\(s, _) -> atLeast lo s && atMost hi s) . zsetAsc
 
 -- | The members from rank a to rank b, lowest first.
-byRank :: Int -> Int -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
-byRank a b ordered = rankSlice (Set.size ordered) a b (Set.toAscList ordered)
+byRank :: Int -> Int -> ZSet -> [(Double, ByteString)]
+byRank a b ordered = rankSlice (zsetSize ordered) a b (zsetAsc ordered)
 
 -- | Ranks a to b of n items (ZRANGE's index rules: negative ones count
 -- from the end; out-of-range ends are clamped).
@@ -41,7 +40,7 @@ rankSlice n a b xs = if start > end then [] else take (end - start + 1) (drop st
     end = min (n - 1) (if b < 0 then n + b else b)
 
 -- | The members a lex range picks, in order.
-byLex :: LexBound -> LexBound -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
+byLex :: LexBound -> LexBound -> ZSet -> [(Double, ByteString)]
 byLex lo hi = takeWhile (lexAtMost hi . snd) . lexWalk False lo hi
 
 -- Note [Lex ranges over mixed scores]
@@ -59,11 +58,11 @@ byLex lo hi = takeWhile (lexAtMost hi . snd) . lexWalk False lo hi
 -- | From the first member at or past the range's near end, in walk order
 -- (highest first if reversed), before any check against its far end:
 -- Note [Lex ranges over mixed scores].
-lexWalk :: Bool -> LexBound -> LexBound -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
+lexWalk :: Bool -> LexBound -> LexBound -> ZSet -> [(Double, ByteString)]
 lexWalk rev lo hi ordered
-  | Set.null ordered || emptyRange = []
-  | not (lexAtLeast lo (snd (Set.findMax ordered))) || not (lexAtMost hi (snd (Set.findMin ordered))) = []
-  | otherwise = case dropWhile (not . near . snd) ((if rev then Set.toDescList else Set.toAscList) ordered) of
+  | zsetNull ordered || emptyRange = []
+  | not (lexAtLeast lo (snd (zsetAt (zsetSize ordered - 1) ordered))) || not (lexAtMost hi (snd (zsetAt 0 ordered))) = []
+  | otherwise = case dropWhile (not . near . snd) ((if rev then zsetDesc else zsetAsc) ordered) of
       walk@(e : _) | far (snd e) -> walk
       _ -> []
   where
@@ -157,9 +156,9 @@ atLeast (Bound b ex) s = if ex then s > b else s >= b
 atMost (Bound b ex) s = if ex then s < b else s <= b
 
 -- | The members a ZRANGE picks, in its order.
-zrangePick :: ZRange -> Bool -> Int -> Int -> Set.Set (Double, ByteString) -> [(Double, ByteString)]
+zrangePick :: ZRange -> Bool -> Int -> Int -> ZSet -> [(Double, ByteString)]
 zrangePick range rev offset count ordered = case range of
-  ByRank a b -> rankSlice (Set.size ordered) a b inOrder
+  ByRank a b -> rankSlice (zsetSize ordered) a b inOrder
   ByScore from to -> limited (filter (\(s, _) -> atLeast from s && atMost to s) inOrder)
   ByLex lo hi ->
     -- The offset skips members before the far end is checked (Note
@@ -168,7 +167,7 @@ zrangePick range rev offset count ordered = case range of
         walked = if offset < 0 then [] else takeWhile (far . snd) (drop offset (lexWalk rev lo hi ordered))
     in if count < 0 then walked else take count walked
   where
-    inOrder = (if rev then Set.toDescList else Set.toAscList) ordered
+    inOrder = (if rev then zsetDesc else zsetAsc) ordered
     limited xs | offset < 0 = []
                | count < 0 = drop offset xs
                | otherwise = take count (drop offset xs)

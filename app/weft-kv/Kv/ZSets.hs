@@ -13,12 +13,14 @@ module Kv.ZSets
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.Map.Strict as Map
-import Data.List (nub, sortOn)
+import Data.List (nub, sort, sortOn)
 import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
 
 import Kv.Plan
+import Kv.Packed (packedKeys, packedToDescList)
 import Kv.Resp
+import Kv.Sorted
 import Kv.Store
 import Kv.Text (formatDouble, readDouble)
 import Kv.ZRange
@@ -112,31 +114,23 @@ zaddOp f ps _ _ v = case v of
       where
         go z !added !updated lastScore [] =
           Outcome (if added + updated > 0 then Replace (VZSet z) else Keep) (reply added updated lastScore)
-        go z@(ZSet scores _) added updated lastScore ((s, m) : more) = case Map.lookup m scores of
+        go z added updated lastScore ((s, m) : more) = case zsetScore m z of
           Just old
             | zNx f -> go z added updated lastScore more
             | isNaN new -> Outcome (if added + updated > 0 then Replace (VZSet z) else Keep)
                                    (RError "ERR resulting score is not a number (NaN)")
             | (zLt f && new >= old) || (zGt f && new <= old) -> go z added updated lastScore more
-            | new /= old -> go (zsetPut (B.copy m) new (Just old) z) added (updated + 1) (Just new) more
+            | new /= old -> go (zsetPut m new z) added (updated + 1) (Just new) more
             | otherwise -> go z added updated (Just new) more
             where new = if zIncr f then s + old else s
           Nothing
             | zXx f -> go z added updated lastScore more
-            | otherwise -> go (zsetPut (B.copy m) s Nothing z) (added + 1) updated (Just s) more
+            | otherwise -> go (zsetPut m s z) (added + 1) updated (Just s) more
     reply :: Int -> Int -> Maybe Double -> Reply
     reply added updated lastScore
       | zIncr f = maybe RNil (RBulk . formatDouble) lastScore
       | zCh f = RInt (added + updated)
       | otherwise = RInt added
-
--- | Give a member a score (replacing its old one, if given). A score of
--- -0 is kept as 0, as redis keeps it in a small sorted set (in one of more
--- than 128 members, redis keeps the sign).
-zsetPut :: ByteString -> Double -> Maybe Double -> ZSet -> ZSet
-zsetPut m s0 old (ZSet scores ordered) =
-  ZSet (Map.insert m s scores) (Set.insert (s, m) (maybe ordered (\o -> Set.delete (o, m) ordered) old))
-  where s = if s0 == 0 then 0 else s0
 
 -- | ZPOPMIN / ZPOPMAX (highest first: 'True') key [count]
 zpopCommand :: Bool -> [ByteString] -> Plan
@@ -147,60 +141,52 @@ zpopCommand _ _ = Answer syntaxError
 zpopOp :: Bool -> Int -> KeyOp
 zpopOp top count _ _ v = case v of
   Nothing -> Outcome Keep (RArray [])
-  Just (VZSet (ZSet scores ordered)) ->
-    let (taken, rest)
-          | top = let (low, high) = Set.splitAt (Set.size ordered - count) ordered in (Set.toDescList high, low)
-          | otherwise = let (low, high) = Set.splitAt count ordered in (Set.toAscList low, high)
-        scores' = foldl (\m (_, x) -> Map.delete x m) scores taken
-        update | Set.null rest = Delete
-               | otherwise = Replace (VZSet (ZSet scores' rest))
+  Just (VZSet z) ->
+    let taken = take count ((if top then zsetDesc else zsetAsc) z)
+        rest = foldl (\acc (_, m) -> zsetRemove m acc) z taken
+        update | zsetNull rest = Delete
+               | otherwise = Replace (VZSet rest)
     in Outcome (if null taken then Keep else update) (withScores True taken)
   Just _ -> Outcome Keep wrongType
 
 -- | ZREM: how many of the members were there; an emptied sorted set goes.
 zremOp :: [ByteString] -> KeyOp
-zremOp = removeFrom (\x -> case x of VZSet z -> Just z; _ -> Nothing) VZSet remove (\(ZSet scores _) -> Map.size scores)
-  where
-    remove m z@(ZSet scores ordered) = case Map.lookup m scores of
-      Just s -> ZSet (Map.delete m scores) (Set.delete (s, m) ordered)
-      Nothing -> z
+zremOp = removeFrom (\x -> case x of VZSet z -> Just z; _ -> Nothing) VZSet zsetRemove zsetSize
 
 -- | ZMSCORE key member [member ...]: each member's score, or nil.
 zmscoreOp :: [ByteString] -> KeyOp
 zmscoreOp ms _ _ v = Outcome Keep $ case v of
   Nothing -> RArray (map (const RNil) ms)
-  Just (VZSet (ZSet scores _)) -> RArray [ maybe RNil (RBulk . formatDouble) (Map.lookup m scores) | m <- ms ]
+  Just (VZSet z) -> RArray [ maybe RNil (RBulk . formatDouble) (zsetScore m z) | m <- ms ]
   Just _ -> wrongType
 
 -- | ZRANK / ZREVRANK (from the highest: 'True'): the member's place, or nil.
 zrankOp :: Bool -> ByteString -> KeyOp
 zrankOp fromTop m _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
-  Just (VZSet (ZSet scores ordered)) -> case Map.lookup m scores of
-    Just s -> let i = Set.findIndex (s, m) ordered
-              in RInt (if fromTop then Set.size ordered - 1 - i else i)
+  Just (VZSet z) -> case zsetRank m z of
+    Just i -> RInt (if fromTop then zsetSize z - 1 - i else i)
     Nothing -> RNil
   Just _ -> wrongType
 
 -- | ZCOUNT and ZLEXCOUNT: how many members the range picks.
-zcountOp :: (Set.Set (Double, ByteString) -> [(Double, ByteString)]) -> KeyOp
+zcountOp :: (ZSet -> [(Double, ByteString)]) -> KeyOp
 zcountOp pick _ _ v = Outcome Keep $ case v of
   Nothing -> RInt 0
-  Just (VZSet (ZSet _ ordered)) -> RInt (length (pick ordered))
+  Just (VZSet z) -> RInt (length (pick z))
   Just _ -> wrongType
 
 -- | ZREMRANGEBYSCORE, ZREMRANGEBYLEX and ZREMRANGEBYRANK: remove the
 -- members the range picks, and say how many; an emptied sorted set goes.
-zremrangeOp :: (Set.Set (Double, ByteString) -> [(Double, ByteString)]) -> KeyOp
+zremrangeOp :: (ZSet -> [(Double, ByteString)]) -> KeyOp
 zremrangeOp pick _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
-  Just (VZSet (ZSet scores ordered)) ->
-    let gone = pick ordered
-        kept = foldl (flip Set.delete) ordered gone
-        scores' = foldl (\m (_, x) -> Map.delete x m) scores gone
+  Just (VZSet z) ->
+    let gone = pick z
+        kept = foldl (\acc (_, m) -> zsetRemove m acc) z gone
         update | null gone = Keep
-               | Set.null kept = Delete
-               | otherwise = Replace (VZSet (ZSet scores' kept))
+               | zsetNull kept = Delete
+               | otherwise = Replace (VZSet kept)
     in Outcome update (RInt (length gone))
   Just _ -> Outcome Keep wrongType
 
@@ -219,12 +205,12 @@ withScores scored ms
   | otherwise = RArray [ RBulk m | (_, m) <- ms ]
 
 zcardOp :: KeyOp
-zcardOp = sizeOp (\x -> case x of VZSet (ZSet scores _) -> Just (Map.size scores); _ -> Nothing)
+zcardOp = sizeOp (\x -> case x of VZSet z -> Just (zsetSize z); _ -> Nothing)
 
 zscoreOp :: ByteString -> KeyOp
 zscoreOp m _ _ v = Outcome Keep $ case v of
   Nothing -> RNil
-  Just (VZSet (ZSet scores _)) -> maybe RNil (RBulk . formatDouble) (Map.lookup m scores)
+  Just (VZSet z) -> maybe RNil (RBulk . formatDouble) (zsetScore m z)
   Just _ -> wrongType
 
 -- | ZRANGE key min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]
@@ -237,7 +223,7 @@ zrangeCommand _ = Answer syntaxError
 zrangeOp :: ZRange -> Bool -> Int -> Int -> Bool -> KeyOp
 zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
   Nothing -> RArray []
-  Just (VZSet (ZSet _ ordered)) -> withScores scored (zrangePick range rev offset count ordered)
+  Just (VZSet z) -> withScores scored (zrangePick range rev offset count z)
   Just _ -> wrongType
 
 -- | ZRANDMEMBER key [count [WITHSCORES]]: a random member (nil without the
@@ -247,9 +233,9 @@ zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
 zrandmemberOp :: Maybe Int -> Bool -> KeyOp
 zrandmemberOp count scored now _ v = Outcome Keep $ case v of
   Nothing -> if count == Nothing then RNil else RArray []
-  Just (VZSet (ZSet _ ordered)) -> case count of
-    Nothing -> maybe RNil (RBulk . snd) (randomItem now ordered)
-    Just c -> withScores scored (randomItems now c ordered (Set.toDescList ordered))
+  Just (VZSet z) -> let ordered = zsetOrdered z in case count of
+    Nothing -> maybe RNil (RBulk . snd . orderedItem) (randomItem now ordered)
+    Just c -> withScores scored (map orderedItem (randomItems now c ordered (packedToDescList ordered)))
   Just _ -> wrongType
 
 ------------------------------------------------------------------------------
@@ -271,8 +257,8 @@ zrandmemberOp count scored now _ v = Outcome Keep $ case v of
 readScored :: KeyOp
 readScored _ _ v = Outcome Keep $ case v of
   Nothing -> RArray []
-  Just (VZSet (ZSet _ ordered)) -> scoredPart (Set.toAscList ordered)
-  Just (VSet s) -> scoredPart [ (1, m) | m <- Set.toAscList s ]
+  Just (VZSet z) -> scoredPart (zsetAsc z)
+  Just (VSet s) -> scoredPart [ (1, m) | m <- packedKeys s ]
   Just _ -> wrongType
 
 scoredPart :: [(Double, ByteString)] -> Reply
@@ -287,8 +273,8 @@ fromPart _ = []
 zstoreOp :: [(Double, ByteString)] -> KeyOp
 zstoreOp ms _ _ v
   | null ms = Outcome (maybe Keep (const Delete) v) (RInt 0)
-  | otherwise = let z@(ZSet scores _) = foldl (\acc (s, m) -> zsetPut m s Nothing acc) emptyZSet ms
-                in Outcome (Fresh (VZSet z)) (RInt (Map.size scores))
+  | otherwise = let z = zsetFromAscList (sort ms)
+                in Outcome (Fresh (VZSet z)) (RInt (zsetSize z))
 
 data Aggregate = Sum | Minimum | Maximum
 
@@ -387,7 +373,7 @@ zrangestoreCommand :: [ByteString] -> Plan
 zrangestoreCommand (dst : src : lo : hi : opts) = zrangeArgs True lo hi opts $ \r rev offset count _ ->
   let pick _ _ v = Outcome Keep $ case v of
         Nothing -> RArray []
-        Just (VZSet (ZSet _ ordered)) -> scoredPart (zrangePick r rev offset count ordered)
+        Just (VZSet z) -> scoredPart (zrangePick r rev offset count z)
         Just _ -> wrongType
   in Steps [(src, pick)] $ \parts -> case parts of
        [e@(RError _)] -> Answer e

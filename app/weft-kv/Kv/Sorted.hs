@@ -1,0 +1,143 @@
+{-# LANGUAGE BangPatterns #-}
+-- | A sorted set as weft-kv keeps it: each member's score, and the members
+-- in (score, member) order, both packed maps (Note [Sorted sets packed]).
+-- Pure; the test suite checks it against a "Data.Set" of pairs.
+module Kv.Sorted
+  ( ZSet
+  , emptyZSet
+  , zsetSize
+  , zsetNull
+  , zsetScore
+  , zsetPut
+  , zsetRemove
+  , zsetRank
+  , zsetAt
+  , zsetAsc
+  , zsetDesc
+  , zsetFromAscList
+  , zsetOrdered
+  , orderedItem
+  , zsetScoreMap
+  ) where
+
+import Data.Bits (complement, shiftL, shiftR, testBit, xor, (.|.))
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
+import Data.List (sortOn)
+import Data.Word (Word64, Word8)
+import Foreign.Marshal.Utils (copyBytes)
+import Foreign.Ptr (castPtr, plusPtr)
+import Foreign.Storable (pokeByteOff)
+import GHC.Float (castDoubleToWord64, castWord64ToDouble)
+
+import Kv.Packed
+
+-- Note [Sorted sets packed]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A sorted set is two packed maps (Note [Packed maps] in "Kv.Packed"):
+-- its scores, from each member to its score, and its order, whose
+-- members are each member's score and member as one string and whose
+-- values are empty. The order's strings sort in byte order as the pairs
+-- sort by score and then by member, because a score is written first,
+-- in 8 bytes that sort as the scores do ('scoreBytes': the bits of the
+-- double, big-endian, the sign bit flipped for a positive score and every
+-- bit flipped for a negative one, so that a more negative score gives
+-- smaller bytes). The scores map keeps the same 8 bytes as its values.
+--
+-- A score is never NaN (ZADD refuses one) and never -0 ('zsetPut' keeps
+-- -0 as 0, as redis keeps it in a small sorted set), so equal scores have
+-- equal bytes, and scores that compare as doubles compare as bytes.
+
+-- | A sorted set: its scores, and its order (Note [Sorted sets packed]).
+data ZSet = ZSet !Packed !Packed
+
+emptyZSet :: ZSet
+emptyZSet = ZSet packedEmpty packedEmpty
+
+zsetSize :: ZSet -> Int
+zsetSize (ZSet scores _) = packedSize scores
+
+zsetNull :: ZSet -> Bool
+zsetNull (ZSet scores _) = packedNull scores
+
+-- | The 8 bytes of a score, in an order that sorts as the scores do.
+scoreBytes :: Double -> ByteString
+scoreBytes d = orderKey d B.empty
+
+scoreWord :: Double -> Word64
+scoreWord d =
+  let w = castDoubleToWord64 d
+  in if testBit w 63 then complement w else w `xor` 0x8000000000000000
+
+-- | The score 8 bytes of 'scoreBytes' give, at the start of a string.
+bytesScore :: ByteString -> Double
+bytesScore b =
+  let w = foldl (\acc i -> (acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex b i)) 0 [0 .. 7] :: Word64
+  in castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
+
+-- | A score and member as the order's string.
+orderKey :: Double -> ByteString -> ByteString
+orderKey d m = BI.unsafeCreate (8 + B.length m) $ \p -> do
+  let !w = scoreWord d
+  mapM_ (\i -> pokeByteOff p i (fromIntegral (w `shiftR` (8 * (7 - i))) :: Word8)) [0 .. 7]
+  BU.unsafeUseAsCString m (\q -> copyBytes (p `plusPtr` 8) (castPtr q) (B.length m))
+
+-- | A member's score.
+zsetScore :: ByteString -> ZSet -> Maybe Double
+zsetScore m (ZSet scores _) = bytesScore <$> packedLookup m scores
+
+-- | Give a member a score, replacing its old one. -0 is kept as 0 (Note
+-- [Sorted sets packed]). The member's bytes are copied in.
+zsetPut :: ByteString -> Double -> ZSet -> ZSet
+zsetPut m s0 z@(ZSet scores ordered) =
+  let s = if s0 == 0 then 0 else s0
+      ordered' = case zsetScore m z of
+        Just old -> packedDelete (orderKey old m) ordered
+        Nothing -> ordered
+  in ZSet (packedInsert m (scoreBytes s) scores) (packedInsert (orderKey s m) B.empty ordered')
+
+-- | The sorted set without the member.
+zsetRemove :: ByteString -> ZSet -> ZSet
+zsetRemove m z@(ZSet scores ordered) = case zsetScore m z of
+  Just s -> ZSet (packedDelete m scores) (packedDelete (orderKey s m) ordered)
+  Nothing -> z
+
+-- | A member's rank, lowest score first.
+zsetRank :: ByteString -> ZSet -> Maybe Int
+zsetRank m z@(ZSet _ ordered) = do
+  s <- zsetScore m z
+  packedIndex (orderKey s m) ordered
+
+-- | The score and member at a rank, lowest first (which must be in range).
+zsetAt :: Int -> ZSet -> (Double, ByteString)
+zsetAt i (ZSet _ ordered) = orderedItem (packedAt i ordered)
+
+-- | Scores and members, lowest first.
+zsetAsc :: ZSet -> [(Double, ByteString)]
+zsetAsc (ZSet _ ordered) = map orderedItem (packedToAscList ordered)
+
+-- | Scores and members, highest first.
+zsetDesc :: ZSet -> [(Double, ByteString)]
+zsetDesc (ZSet _ ordered) = map orderedItem (packedToDescList ordered)
+
+-- | The sorted set of these scores and members, in (score, member) order
+-- with members distinct (a -0 score is kept as 0).
+zsetFromAscList :: [(Double, ByteString)] -> ZSet
+zsetFromAscList ps0 =
+  let ps = [ (if s == 0 then 0 else s, m) | (s, m) <- ps0 ] in
+  ZSet (packedFromAscList (sortOn fst [ (m, scoreBytes s) | (s, m) <- ps ]))
+       (packedFromAscList [ (orderKey s m, B.empty) | (s, m) <- ps ])
+
+-- | The order's packed map, for a pick by rank (SPOP-like random choices).
+zsetOrdered :: ZSet -> Packed
+zsetOrdered (ZSet _ ordered) = ordered
+
+-- | The scores' packed map.
+zsetScoreMap :: ZSet -> Packed
+zsetScoreMap (ZSet scores _) = scores
+
+-- | An item of the order as its score and member.
+orderedItem :: (ByteString, ByteString) -> (Double, ByteString)
+orderedItem (k, _) = (bytesScore k, BU.unsafeDrop 8 k)
