@@ -9,8 +9,11 @@ module Kv.Packed
   , packedNull
   , packedSize
   , packedLookup
+  , packedFind
+  , Slice (..)
   , packedMember
   , packedInsert
+  , packedAdd
   , packedDelete
   , packedIndex
   , packedAt
@@ -28,13 +31,15 @@ module Kv.Packed
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import qualified Data.ByteString.Unsafe as BU
 import Data.Primitive.ByteArray
 import Data.Primitive.PrimArray
 import Control.Monad.Primitive (RealWorld)
+import Foreign.Ptr (plusPtr)
+import GHC.ForeignPtr (unsafeWithForeignPtr)
 import GHC.IO (unsafeDupablePerformIO)
 
 import Kv.Deque (copyIn)
+import Kv.Str (unpinnedCopy)
 
 -- Note [Packed maps]
 -- ~~~~~~~~~~~~~~~~~~
@@ -116,15 +121,14 @@ leafBytes (Leaf _ o) = indexPrimArray o (sizeofPrimArray o - 1)
 {-# INLINE leafBytes #-}
 
 -- | A string looked for, copied into a byte array so that it is compared
--- with a leaf's members by 'compareByteArrays' (reading a string's bytes
--- one by one costs an allocation each).
+-- with a leaf's members by 'compareByteArrays' (memcmp), which is faster
+-- than reading the string's bytes one by one.
 newtype Probe = Probe ByteArray
 
-probe :: ByteString -> Probe
-probe k = Probe $ unsafeDupablePerformIO $ do
-  mb <- newByteArray (B.length k)
-  putString mb 0 k
-  unsafeFreezeByteArray mb
+-- | Look for a string.
+withProbe :: ByteString -> (Probe -> a) -> a
+withProbe k f = f (Probe (unsafeDupablePerformIO (unpinnedCopy k)))
+{-# INLINE withProbe #-}
 
 -- | A member of the leaf against a string: the string's order with it.
 compareAt :: Probe -> Leaf -> Int -> Ordering
@@ -166,9 +170,9 @@ itemOf l i = (memberOf l i, valueOf l i)
 
 -- | Copy a string into a new leaf's bytes.
 putString :: MutableByteArray RealWorld -> Int -> ByteString -> IO ()
-putString mb at s = case B.length s of
-  0 -> return ()
-  n -> BU.unsafeUseAsCString s $ \p -> copyIn p mb at n
+putString mb at (BI.PS fp off n)
+  | n == 0 = return ()
+  | otherwise = unsafeWithForeignPtr fp (\p -> copyIn (p `plusPtr` off) mb at n)
 
 -- | A leaf of the given members and values, in order.
 leafFromList :: [(ByteString, ByteString)] -> Leaf
@@ -372,20 +376,29 @@ atRank i0 f = go i0
 
 -- | A member's value.
 packedLookup :: ByteString -> Packed -> Maybe ByteString
-packedLookup k0 (Packed t0) = go t0
+packedLookup k p = case packedFind k p of
+  Just (Slice b s e) -> Just (sliceOut b s e)
+  Nothing -> Nothing
+
+-- | Bytes in a leaf: the array, where they start and where they end.
+data Slice = Slice !ByteArray {-# UNPACK #-} !Int {-# UNPACK #-} !Int
+
+-- | Where a member's value is, to be read without a copy (it stays as
+-- long as the map that holds it).
+packedFind :: ByteString -> Packed -> Maybe Slice
+packedFind k0 (Packed t0) = withProbe k0 (\k -> go k t0)
   where
-    !k = probe k0
-    go Tip = Nothing
-    go (Bin _ _ x l r) = case search k x of
-      i | i >= 0 -> Just (valueOf x i)
-        | i == -1, notTip l -> go l
-        | i == -1 - leafItems x, notTip r -> go r
+    go _ Tip = Nothing
+    go k (Bin _ _ x@(Leaf b o) l r) = case search k x of
+      i | i >= 0 -> Just $! Slice b (indexPrimArray o (2 * i + 1)) (indexPrimArray o (2 * i + 2))
+        | i == -1, notTip l -> go k l
+        | i == -1 - leafItems x, notTip r -> go k r
         | otherwise -> Nothing
     notTip Tip = False
     notTip _ = True
 
 packedMember :: ByteString -> Packed -> Bool
-packedMember k p = case packedLookup k p of
+packedMember k p = case packedFind k p of
   Just _ -> True
   Nothing -> False
 
@@ -393,32 +406,39 @@ packedMember k p = case packedLookup k p of
 -- in: the strings may be slices of a request.
 packedInsert :: ByteString -> ByteString -> Packed -> Packed
 packedInsert k v (Packed Tip) = Packed (node (leafFromList [(k, v)]) Tip Tip)
-packedInsert k v p@(Packed t) = maybe p Packed (atMember pk put t)
+packedInsert k v p@(Packed t) = maybe p Packed (withProbe k (\pk -> atMember pk (put pk) t))
   where
-    !pk = probe k
-    put x = case search pk x of
+    put pk x = case search pk x of
       i | i >= 0 -> One (leafSetValue i v x)
+        | otherwise -> settle (leafInsert (-1 - i) k v x)
+
+-- | The map with a new member and its value, or 'Nothing' if the member
+-- is there already (SADD, HSETNX): one walk down instead of two.
+packedAdd :: ByteString -> ByteString -> Packed -> Maybe Packed
+packedAdd k v (Packed Tip) = Just (Packed (node (leafFromList [(k, v)]) Tip Tip))
+packedAdd k v (Packed t) = Packed <$> withProbe k (\pk -> atMember pk (put pk) t)
+  where
+    put pk x = case search pk x of
+      i | i >= 0 -> Same
         | otherwise -> settle (leafInsert (-1 - i) k v x)
 
 -- | The map without the member.
 packedDelete :: ByteString -> Packed -> Packed
-packedDelete k0 p@(Packed t) = maybe p Packed (atMember k remove t)
+packedDelete k0 p@(Packed t) = maybe p Packed (withProbe k0 (\k -> atMember k (remove k) t))
   where
-    !k = probe k0
-    remove x = case search k x of
+    remove k x = case search k x of
       i | i >= 0 -> maybe Gone One (leafDelete i x)
         | otherwise -> Same
 
 -- | A member's rank: how many members sort before it.
 packedIndex :: ByteString -> Packed -> Maybe Int
-packedIndex k0 (Packed t0) = go 0 t0
+packedIndex k0 (Packed t0) = withProbe k0 (\k -> go k 0 t0)
   where
-    !k = probe k0
-    go !_ Tip = Nothing
-    go acc (Bin _ _ x l r) = case search k x of
+    go _ !_ Tip = Nothing
+    go k acc (Bin _ _ x l r) = case search k x of
       i | i >= 0 -> Just (acc + treeItems l + i)
-        | i == -1, notTip l -> go acc l
-        | i == -1 - leafItems x, notTip r -> go (acc + treeItems l + leafItems x) r
+        | i == -1, notTip l -> go k acc l
+        | i == -1 - leafItems x, notTip r -> go k (acc + treeItems l + leafItems x) r
         | otherwise -> Nothing
     notTip Tip = False
     notTip _ = True

@@ -50,7 +50,7 @@ saddOp ms _ _ v = case v of
   Just (VSet s) -> add s
   Just _ -> Outcome Keep wrongType
   where
-    add s = let s' = foldr (\m acc -> if packedMember m acc then acc else packedInsert m B.empty acc) s ms
+    add s = let s' = foldr (\m acc -> fromMaybe acc (packedAdd m B.empty acc)) s ms
                 added = packedSize s' - packedSize s
             in Outcome (if added == 0 && not (packedNull s) then Keep else Replace (VSet s')) (RInt added)
 

@@ -9,6 +9,7 @@ module Kv.Sorted
   , zsetNull
   , zsetScore
   , zsetPut
+  , zsetMove
   , zsetRemove
   , zsetRank
   , zsetAt
@@ -26,6 +27,7 @@ import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Data.List (sortOn)
+import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word64, Word8)
 import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (castPtr, plusPtr)
@@ -73,9 +75,22 @@ scoreWord d =
 
 -- | The score 8 bytes of 'scoreBytes' give, at the start of a string.
 bytesScore :: ByteString -> Double
-bytesScore b =
-  let w = foldl (\acc i -> (acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex b i)) 0 [0 .. 7] :: Word64
-  in castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
+bytesScore b = wordScore (go 0 0)
+  where
+    go :: Int -> Word64 -> Word64
+    go 8 !acc = acc
+    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex b i))
+
+-- | The score of 8 bytes of 'scoreBytes' in a leaf.
+sliceScore :: Slice -> Double
+sliceScore (Slice a s _) = wordScore (go 0 0)
+  where
+    go :: Int -> Word64 -> Word64
+    go 8 !acc = acc
+    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (indexByteArray a (s + i) :: Word8))
+
+wordScore :: Word64 -> Double
+wordScore w = castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
 
 -- | A score and member as the order's string.
 orderKey :: Double -> ByteString -> ByteString
@@ -86,15 +101,20 @@ orderKey d m = BI.unsafeCreate (8 + B.length m) $ \p -> do
 
 -- | A member's score.
 zsetScore :: ByteString -> ZSet -> Maybe Double
-zsetScore m (ZSet scores _) = bytesScore <$> packedLookup m scores
+zsetScore m (ZSet scores _) = sliceScore <$> packedFind m scores
 
 -- | Give a member a score, replacing its old one. -0 is kept as 0 (Note
 -- [Sorted sets packed]). The member's bytes are copied in.
 zsetPut :: ByteString -> Double -> ZSet -> ZSet
-zsetPut m s0 z@(ZSet scores ordered) =
+zsetPut m s z = zsetMove m s (zsetScore m z) z
+
+-- | Give a member a score, given its old one ('Nothing': it is not a
+-- member), as 'zsetPut' does.
+zsetMove :: ByteString -> Double -> Maybe Double -> ZSet -> ZSet
+zsetMove m s0 old (ZSet scores ordered) =
   let s = if s0 == 0 then 0 else s0
-      ordered' = case zsetScore m z of
-        Just old -> packedDelete (orderKey old m) ordered
+      ordered' = case old of
+        Just o -> packedDelete (orderKey o m) ordered
         Nothing -> ordered
   in ZSet (packedInsert m (scoreBytes s) scores) (packedInsert (orderKey s m) B.empty ordered')
 

@@ -120,12 +120,12 @@ zaddOp f ps _ _ v = case v of
             | isNaN new -> Outcome (if added + updated > 0 then Replace (VZSet z) else Keep)
                                    (RError "ERR resulting score is not a number (NaN)")
             | (zLt f && new >= old) || (zGt f && new <= old) -> go z added updated lastScore more
-            | new /= old -> go (zsetPut m new z) added (updated + 1) (Just new) more
+            | new /= old -> go (zsetMove m new (Just old) z) added (updated + 1) (Just new) more
             | otherwise -> go z added updated (Just new) more
             where new = if zIncr f then s + old else s
           Nothing
             | zXx f -> go z added updated lastScore more
-            | otherwise -> go (zsetPut m s z) (added + 1) updated (Just s) more
+            | otherwise -> go (zsetMove m s Nothing z) (added + 1) updated (Just s) more
     reply :: Int -> Int -> Maybe Double -> Reply
     reply added updated lastScore
       | zIncr f = maybe RNil (RBulk . formatDouble) lastScore
