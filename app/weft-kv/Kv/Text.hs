@@ -58,8 +58,12 @@ addLongDouble start incr = unsafeDupablePerformIO $
         | otherwise -> Sum <$> B.packCStringLen (castPtr out, fromIntegral n)
   where
     longDoubleChars = 5 * 1024
+    -- A null pointer says there is no start; an empty string may have
+    -- one (the empty string's), so it is passed as a byte of room.
     withBytes Nothing k = k nullPtr 0
-    withBytes (Just b) k = BU.unsafeUseAsCStringLen b $ \(p, l) -> k (castPtr p) (fromIntegral l)
+    withBytes (Just b) k
+      | B.null b = allocaBytes 1 (\p -> k p 0)
+      | otherwise = BU.unsafeUseAsCStringLen b $ \(p, l) -> k (castPtr p) (fromIntegral l)
 
 -- | Whether a string is a long double as redis reads one ('Nothing' if
 -- not), and whether it is finite.
