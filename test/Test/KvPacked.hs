@@ -22,6 +22,8 @@ import Kv.Sorted
 
 data PackedOp
   = OpInsert ByteString ByteString
+  | OpAdd ByteString ByteString
+    -- ^ insert only if not there
   | OpDelete ByteString
   | OpDeleteAt Int
   | OpMany Int Int
@@ -33,7 +35,7 @@ data PackedOp
 
 instance Arbitrary PackedOp where
   arbitrary = frequency
-    [ (6, OpInsert <$> member <*> value), (4, OpDelete <$> member), (2, OpDeleteAt <$> choose (-1, 200))
+    [ (6, OpInsert <$> member <*> value), (2, OpAdd <$> member <*> value), (4, OpDelete <$> member), (2, OpDeleteAt <$> choose (-1, 200))
     , (1, OpMany <$> choose (0, 3000) <*> choose (1, 600)), (1, pure OpDropMost) ]
     where
       member = C.pack <$> resize 5 (listOf (elements "ab\0\255"))
@@ -42,6 +44,11 @@ instance Arbitrary PackedOp where
 applyOp :: (Packed, Map.Map ByteString ByteString) -> PackedOp -> (Packed, Map.Map ByteString ByteString)
 applyOp (p, m) op = case op of
   OpInsert k v -> (packedInsert k v p, Map.insert k v m)
+  OpAdd k v -> case (packedAdd k v p, Map.member k m) of
+    (Just p', False) -> (p', Map.insert k v m)
+    (Nothing, True) -> (p, m)
+    -- the wrong answer: the model takes a member the map lacks
+    _ -> (p, Map.insert "packedAdd answered wrongly" "" m)
   OpDelete k -> (packedDelete k p, Map.delete k m)
   OpDeleteAt i -> (packedDeleteAt i p, if i >= 0 && i < Map.size m then Map.deleteAt i m else m)
   OpMany from n -> foldl' (\acc k -> applyOp acc (OpInsert k (C.pack (show (B.length k))))) (p, m)
@@ -62,6 +69,9 @@ agrees (p, m) =
     .&&. conjoin [ packedLookup k p === Map.lookup k m .&&. packedIndex k p === Map.lookupIndex k m
                  | k <- probes ]
     .&&. conjoin [ packedAt i p === Map.elemAt i m | i <- [0, 5 .. Map.size m - 1] ++ [Map.size m - 1 | not (Map.null m)] ]
+    .&&. conjoin [ take 40 (packedAscFrom i p) === take 40 (drop i (Map.toAscList m))
+                   .&&. take 40 (packedDescFrom i p) === take 40 (drop i (Map.toDescList m))
+                 | i <- [0, 1, 7, 31, 32, 33] ++ [Map.size m `div` 3, Map.size m - 1, Map.size m, Map.size m + 5] ]
   where
     -- every member of a small map, a sample of a big one, and strings
     -- around and between them
@@ -102,6 +112,9 @@ zAgrees (z, scores) =
                    .&&. zsetRank m z === Just i
                    .&&. bitsOf [zsetAt i z] === bitsOf [(sc, m)]
                  | (i, (sc, m)) <- zip [0 ..] (Set.toAscList s), Set.size s < 100 || i `mod` 17 == (0 :: Int) ]
+    .&&. conjoin [ bitsOf (zsetAscFrom i z) === bitsOf (drop i (Set.toAscList s))
+                   .&&. bitsOf (zsetDescFrom i z) === bitsOf (drop i (Set.toDescList s))
+                 | i <- [0, 1, 20, Set.size s `div` 2, Set.size s - 1, Set.size s] ]
     .&&. zsetScore "absent\1" z === Nothing .&&. zsetRank "absent\1" z === Nothing
   where
     s = Set.fromList [ (sc, m) | (m, sc) <- Map.toList scores ]

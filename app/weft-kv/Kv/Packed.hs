@@ -20,6 +20,8 @@ module Kv.Packed
   , packedDeleteAt
   , packedToAscList
   , packedToDescList
+  , packedAscFrom
+  , packedDescFrom
   , packedKeys
   , packedFromAscList
   , packedLeafSizes
@@ -462,20 +464,42 @@ packedDeleteAt i p@(Packed t)
 
 -- | Members and values, lowest first, read out as the list is.
 packedToAscList :: Packed -> [(ByteString, ByteString)]
-packedToAscList (Packed t0) = go t0 []
+packedToAscList = packedAscFrom 0
+
+-- | Members and values, highest first.
+packedToDescList :: Packed -> [(ByteString, ByteString)]
+packedToDescList = packedDescFrom 0
+
+-- | Members and values from a rank on, lowest first: a walk down to the
+-- rank, then along.
+packedAscFrom :: Int -> Packed -> [(ByteString, ByteString)]
+packedAscFrom i0 (Packed t0) = go i0 t0 []
   where
-    go Tip rest = rest
-    go (Bin _ _ x l r) rest = go l (leafAsc x 0 (go r rest))
+    go _ Tip rest = rest
+    go i (Bin _ _ x l r) rest
+      | i >= nl + nx = go (i - nl - nx) r rest
+      | i >= nl = leafAsc x (i - nl) (go 0 r rest)
+      | otherwise = go i l (leafAsc x 0 (go 0 r rest))
+      where
+        nl = treeItems l
+        nx = leafItems x
     leafAsc x i rest
       | i >= leafItems x = rest
       | otherwise = itemOf x i : leafAsc x (i + 1) rest
 
--- | Members and values, highest first.
-packedToDescList :: Packed -> [(ByteString, ByteString)]
-packedToDescList (Packed t0) = go t0 []
+-- | Members and values from a rank counted from the highest on, highest
+-- first.
+packedDescFrom :: Int -> Packed -> [(ByteString, ByteString)]
+packedDescFrom i0 (Packed t0) = go i0 t0 []
   where
-    go Tip rest = rest
-    go (Bin _ _ x l r) rest = go r (leafDesc x (leafItems x - 1) (go l rest))
+    go _ Tip rest = rest
+    go i (Bin _ _ x l r) rest
+      | i >= nr + nx = go (i - nr - nx) l rest
+      | i >= nr = leafDesc x (nx - 1 - (i - nr)) (go 0 l rest)
+      | otherwise = go i r (leafDesc x (nx - 1) (go 0 l rest))
+      where
+        nr = treeItems r
+        nx = leafItems x
     leafDesc x i rest
       | i < 0 = rest
       | otherwise = itemOf x i : leafDesc x (i - 1) rest

@@ -15,10 +15,11 @@ module Kv.Sorted
   , zsetAt
   , zsetAsc
   , zsetDesc
+  , zsetAscFrom
+  , zsetDescFrom
   , zsetFromAscList
   , zsetOrdered
   , orderedItem
-  , zsetScoreMap
   ) where
 
 import Data.Bits (complement, shiftL, shiftR, testBit, xor, (.|.))
@@ -142,6 +143,15 @@ zsetAsc (ZSet _ ordered) = map orderedItem (packedToAscList ordered)
 zsetDesc :: ZSet -> [(Double, ByteString)]
 zsetDesc (ZSet _ ordered) = map orderedItem (packedToDescList ordered)
 
+-- | Scores and members from a rank on, lowest first.
+zsetAscFrom :: Int -> ZSet -> [(Double, ByteString)]
+zsetAscFrom i (ZSet _ ordered) = map orderedItem (packedAscFrom i ordered)
+
+-- | Scores and members from a rank counted from the highest on, highest
+-- first.
+zsetDescFrom :: Int -> ZSet -> [(Double, ByteString)]
+zsetDescFrom i (ZSet _ ordered) = map orderedItem (packedDescFrom i ordered)
+
 -- | The sorted set of these scores and members, in (score, member) order
 -- with members distinct (a -0 score is kept as 0).
 zsetFromAscList :: [(Double, ByteString)] -> ZSet
@@ -153,10 +163,6 @@ zsetFromAscList ps0 =
 -- | The order's packed map, for a pick by rank (SPOP-like random choices).
 zsetOrdered :: ZSet -> Packed
 zsetOrdered (ZSet _ ordered) = ordered
-
--- | The scores' packed map.
-zsetScoreMap :: ZSet -> Packed
-zsetScoreMap (ZSet scores _) = scores
 
 -- | An item of the order as its score and member.
 orderedItem :: (ByteString, ByteString) -> (Double, ByteString)

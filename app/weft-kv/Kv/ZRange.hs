@@ -29,12 +29,13 @@ byScore lo hi = filter (\(s, _) -> atLeast lo s && atMost hi s) . zsetAsc
 
 -- | The members from rank a to rank b, lowest first.
 byRank :: Int -> Int -> ZSet -> [(Double, ByteString)]
-byRank a b ordered = rankSlice (zsetSize ordered) a b (zsetAsc ordered)
+byRank a b ordered = rankSlice (zsetSize ordered) a b (`zsetAscFrom` ordered)
 
 -- | Ranks a to b of n items (ZRANGE's index rules: negative ones count
--- from the end; out-of-range ends are clamped).
-rankSlice :: Int -> Int -> Int -> [x] -> [x]
-rankSlice n a b xs = if start > end then [] else take (end - start + 1) (drop start xs)
+-- from the end; out-of-range ends are clamped), given the items from a
+-- rank on.
+rankSlice :: Int -> Int -> Int -> (Int -> [x]) -> [x]
+rankSlice n a b from = if start > end then [] else take (end - start + 1) (from start)
   where
     start = max 0 (if a < 0 then n + a else a)
     end = min (n - 1) (if b < 0 then n + b else b)
@@ -158,7 +159,7 @@ atMost (Bound b ex) s = if ex then s < b else s <= b
 -- | The members a ZRANGE picks, in its order.
 zrangePick :: ZRange -> Bool -> Int -> Int -> ZSet -> [(Double, ByteString)]
 zrangePick range rev offset count ordered = case range of
-  ByRank a b -> rankSlice (zsetSize ordered) a b inOrder
+  ByRank a b -> rankSlice (zsetSize ordered) a b (\i -> (if rev then zsetDescFrom else zsetAscFrom) i ordered)
   ByScore from to -> limited (filter (\(s, _) -> atLeast from s && atMost to s) inOrder)
   ByLex lo hi ->
     -- The offset skips members before the far end is checked (Note

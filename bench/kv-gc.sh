@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# One hash, set or sorted set growing, against Redis-protocol servers:
+#
+#   bench/kv-gc.sh [--reps N] [-n REQUESTS] ARM... -- TEST...
+#
+# TEST is a redis-benchmark test that adds to one key (hset, sadd, zadd).
+# Each run starts a fresh server pinned to core 0 and runs
+# `redis-benchmark -c 50 -P 16 -r 1000000 -n REQUESTS -t TEST` (default
+# 1,000,000 requests) on core 1, so that the key's hash, set or sorted set
+# grows to some 632,000 members (the distinct random numbers drawn). An
+# arm is "redis" (redis-server, no persistence) or the path of a weft-kv
+# binary, run with +RTS -N1 -s. Arms are interleaved, and so are tests.
+# Prints per run: ops/s, server CPU us per request (/proc/PID/stat), the
+# collection's size at the end, and for weft-kv the collector's share of
+# its CPU and its maximum residency (+RTS -s); then the medians per test
+# and arm.
+#
+# Example: bench/kv-gc.sh --reps 3 redis dist-newstyle/bin/weft-kv -- hset sadd zadd
+set -euo pipefail
+
+reps=3
+requests=1000000
+arms=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case "$1" in
+    --reps) reps=$2; shift 2 ;;
+    -n) requests=$2; shift 2 ;;
+    *) arms+=("$1"); shift ;;
+  esac
+done
+[ "${1:-}" = "--" ] || { echo "usage: $0 [--reps N] [-n REQUESTS] ARM... -- TEST..." >&2; exit 2; }
+shift
+tests=("$@")
+[ ${#arms[@]} -gt 0 ] && [ ${#tests[@]} -gt 0 ] || { echo "$0: no arms or no tests" >&2; exit 2; }
+
+port=6393
+tick=$(getconf CLK_TCK)
+out=$(mktemp -d /tmp/kv-gc.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+
+size_of() {
+  case "$1" in
+    hset) redis-cli -p $port hlen myhash ;;
+    sadd) redis-cli -p $port scard myset ;;
+    zadd) redis-cli -p $port zcard myzset ;;
+    *) echo "-" ;;
+  esac
+}
+
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+wait_port() {
+  for _ in $(seq 100); do
+    redis-cli -p $port ping > /dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "$0: server on port $port did not answer" >&2
+  return 1
+}
+
+printf "rep\ttest\tarm\tops/s\tcpu_us/op\tsize\tgc_share_%%\tmax_residency_MB\n" | tee "$out/runs"
+for rep in $(seq "$reps"); do
+  for t in "${tests[@]}"; do
+    for arm in "${arms[@]}"; do
+      stats="$out/rts.$rep.$t"
+      if [ "$arm" = redis ]; then
+        taskset -c 0 redis-server --port $port --save '' --appendonly no > /dev/null 2>&1 &
+      else
+        taskset -c 0 "$arm" $port +RTS -N1 -s"$stats" -RTS > /dev/null 2>&1 &
+      fi
+      pid=$!
+      wait_port
+      c0=$(cpu_ticks $pid)
+      rps=$(taskset -c 1 redis-benchmark -p $port -c 50 -P 16 -r 1000000 -n "$requests" -t "$t" -q 2>/dev/null \
+              | tr '\r' '\n' | grep -o "[0-9.]* requests per second" | tail -1 | cut -d' ' -f1)
+      c1=$(cpu_ticks $pid)
+      size=$(size_of "$t")
+      kill -INT $pid; wait $pid 2> /dev/null || true
+      cpu=$(awk -v d=$((c1 - c0)) -v t="$tick" -v n="$requests" 'BEGIN { printf "%.2f", d / t * 1e6 / n }')
+      if [ "$arm" = redis ]; then
+        gc=-; res=-
+      else
+        gc=$(awk '/MUT +time/ { m = $3 } /GC +time/ { g = $3 } END { sub("s", "", m); sub("s", "", g); printf "%.1f", 100 * g / (m + g) }' "$stats")
+        res=$(awk '/maximum residency/ { gsub(",", "", $1); printf "%.1f", $1 / 1e6 }' "$stats")
+      fi
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$rep" "$t" "$arm" "$rps" "$cpu" "$size" "$gc" "$res" | tee -a "$out/runs"
+    done
+  done
+done
+
+echo
+echo "medians of $reps"
+python3 - "$out/runs" <<'PY'
+import sys, statistics
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1])][1:]
+seen = []
+for r in rows:
+    if (r[1], r[2]) not in seen:
+        seen.append((r[1], r[2]))
+def med(xs):
+    xs = [float(x) for x in xs if x not in ("-", "")]
+    return statistics.median(xs) if xs else None
+print("| test | arm | ops/s | CPU us/op | GC share % | max residency MB |")
+print("|---|---|---|---|---|---|")
+for t, a in seen:
+    sel = [r for r in rows if r[1] == t and r[2] == a]
+    ops, cpu, gc, res = (med([r[i] for r in sel]) for i in (3, 4, 6, 7))
+    fmt = lambda x, f: "-" if x is None else f % x
+    print(f"| {t} | {a} | {fmt(ops, '%.0f')} | {fmt(cpu, '%.2f')} | {fmt(gc, '%.1f')} | {fmt(res, '%.0f')} |")
+PY
