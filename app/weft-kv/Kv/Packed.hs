@@ -26,8 +26,6 @@ module Kv.Packed
   , packedFromAscList
   , packedLeafSizes
   , packedBalanced
-  , leafItems
-  , leafBytes
   ) where
 
 import Data.ByteString (ByteString)
@@ -49,7 +47,7 @@ import Kv.Str (unpinnedCopy)
 -- ZADD of new members onto one key) would, as a "Data.Map" of strings,
 -- be several heap objects per member: a tree node, and for each string
 -- its constructor and its buffer. Every major collection copies them all,
--- and with a million members that copy is most of what the server does.
+-- a cost that grows with the members.
 -- So members live in leaves: one unpinned byte array holding up to
 -- 'leafMaxItems' members and their values back to back, in byte order of
 -- the members, and an unboxed array of where each member and value ends.
@@ -75,7 +73,8 @@ import Kv.Str (unpinnedCopy)
 -- at worst one per member, which is no worse than "Data.Map".
 --
 -- Strings read out of a leaf are copied into strings of their own, so no
--- reply or part retains a leaf.
+-- reply or part retains a leaf; only 'packedFind' points into one, for a
+-- caller that reads the bytes at once (a sorted set's score).
 
 -- | The members and their values.
 newtype Packed = Packed Tree
