@@ -10,7 +10,7 @@ module Test.KvPacked (spec) where
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
-import Data.List (foldl')
+import qualified Data.List as List
 import qualified Data.Map.Strict as Map
 import qualified Data.Set as Set
 import Test.Hspec
@@ -51,9 +51,9 @@ applyOp (p, m) op = case op of
     _ -> (p, Map.insert "packedAdd answered wrongly" "" m)
   OpDelete k -> (packedDelete k p, Map.delete k m)
   OpDeleteAt i -> (packedDeleteAt i p, if i >= 0 && i < Map.size m then Map.deleteAt i m else m)
-  OpMany from n -> foldl' (\acc k -> applyOp acc (OpInsert k (C.pack (show (B.length k))))) (p, m)
+  OpMany from n -> List.foldl' (\acc k -> applyOp acc (OpInsert k (C.pack (show (B.length k))))) (p, m)
                      [ C.pack ("m:" ++ show i) | i <- [from .. from + n - 1] ]
-  OpDropMost -> foldl' (\acc (j, k) -> if j `mod` 7 == (0 :: Int) then acc else applyOp acc (OpDelete k)) (p, m)
+  OpDropMost -> List.foldl' (\acc (j, k) -> if j `mod` 7 == (0 :: Int) then acc else applyOp acc (OpDelete k)) (p, m)
                   (zip [0 ..] (Map.keys m))
 
 agrees :: (Packed, Map.Map ByteString ByteString) -> Property
@@ -98,7 +98,7 @@ applyZ :: (ZSet, Map.Map ByteString Double) -> ZOp -> (ZSet, Map.Map ByteString 
 applyZ (z, s) op = case op of
   ZPut m sc -> (zsetPut m sc z, Map.insert m (if sc == 0 then 0 else sc) s)
   ZRemove m -> (zsetRemove m z, Map.delete m s)
-  ZMany n -> foldl' (\acc i -> applyZ acc (ZPut (C.pack ("z" ++ show i)) (fromIntegral (i `mod` 37) - 18))) (z, s) [1 .. n]
+  ZMany n -> List.foldl' (\acc i -> applyZ acc (ZPut (C.pack ("z" ++ show i)) (fromIntegral (i `mod` 37) - 18))) (z, s) [1 .. n]
 
 zAgrees :: (ZSet, Map.Map ByteString Double) -> Property
 zAgrees (z, scores) =
@@ -139,7 +139,7 @@ spec = describe "hash, set and sorted-set contents (Kv.Packed, Kv.Sorted)" $ do
       in conjoin (map agrees (scanl applyOp (packedFromAscList (Map.toAscList m), m) ops))
   it "splits a leaf by its bytes: a member with a big value sits in a leaf of few" $ do
     let big = B.replicate 3000 120
-        p = foldl' (\acc i -> packedInsert (C.pack ("f" ++ show (i :: Int))) big acc) packedEmpty [1 .. 50]
+        p = List.foldl' (\acc i -> packedInsert (C.pack ("f" ++ show (i :: Int))) big acc) packedEmpty [1 .. 50]
     packedSize p `shouldBe` 50
     maximum (packedLeafSizes p) `shouldSatisfy` (<= 2)
     packedLookup "f17" p `shouldBe` Just big

@@ -530,8 +530,9 @@ packedFromAscList kvs = Packed (build (length leaves) leaves)
     build _ [] = Tip
     build n xs =
       let h = n `quot` 2
-          (left, x : right) = splitAt h xs
-      in node x (build h left) (build (n - h - 1) right)
+      in case splitAt h xs of
+           (left, x : right) -> node x (build h left) (build (n - h - 1) right)
+           (_, []) -> Tip
 
 -- | How many members each leaf holds, in order (for the tests).
 packedLeafSizes :: Packed -> [Int]
