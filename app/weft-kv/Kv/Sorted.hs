@@ -76,22 +76,21 @@ scoreWord d =
 
 -- | The score 8 bytes of 'scoreBytes' give, at the start of a string.
 bytesScore :: ByteString -> Double
-bytesScore b = wordScore (go 0 0)
-  where
-    go :: Int -> Word64 -> Word64
-    go 8 !acc = acc
-    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (BU.unsafeIndex b i))
+bytesScore b = byteScore (BU.unsafeIndex b)
 
 -- | The score of 8 bytes of 'scoreBytes' in a leaf.
 sliceScore :: Slice -> Double
-sliceScore (Slice a s _) = wordScore (go 0 0)
+sliceScore (Slice a s _) = byteScore (\i -> indexByteArray a (s + i))
+
+-- | The score of the 8 bytes of 'scoreBytes' the function reads, by index.
+byteScore :: (Int -> Word8) -> Double
+byteScore byte = castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
   where
+    w = go 0 0
     go :: Int -> Word64 -> Word64
     go 8 !acc = acc
-    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (indexByteArray a (s + i) :: Word8))
-
-wordScore :: Word64 -> Double
-wordScore w = castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
+    go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (byte i))
+{-# INLINE byteScore #-}
 
 -- | A score and member as the order's string.
 orderKey :: Double -> ByteString -> ByteString
