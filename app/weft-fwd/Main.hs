@@ -10,9 +10,9 @@
 -- weft's I/O manager while idle.
 --
 -- A transmit ring that comes back full gets time to drain: the direction
--- yields its capability and offers the rest again, and only after
--- 'txPatienceNanos' (1 ms) without the ring taking a single packet are the
--- rest freed and counted as drops. A device whose DMA engine shares the
+-- yields its capability and offers the rest again, and only once the ring
+-- has taken no packet for 'txPatienceNanos' (1 ms) and 'txPatienceTries'
+-- (64) tries are the rest freed and counted as drops. A device whose DMA engine shares the
 -- capability (the ixgbe model) drains only while the forwarder yields, and
 -- a burst the receive and transmit rings could hold between them is then
 -- forwarded whole. Under real overload the wait pushes back onto the
