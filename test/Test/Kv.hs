@@ -485,9 +485,12 @@ waitBlocked c n = within 3 ("INFO to count " ++ show n ++ " blocked clients") lo
 nothingYet :: Client -> IO ()
 nothingYet c = GHC.timeout 100000 (replies c 1) >>= \r -> r `shouldBe` Nothing
 
--- | The next n replies (failing the test after 3 s).
+-- | The next n replies (failing the test after 15 s). Not less: with
+-- 65536 key colors a transaction holding a store-wide command (MULTI,
+-- KEYS, EXEC) takes about a second on its own, and a generated pipeline
+-- can hold two of them on a loaded machine.
 replies :: Client -> Int -> IO [Reply]
-replies (Client s buf) n = within 3 ("replies from the server") $ modifyMVar buf (go n [])
+replies (Client s buf) n = within 15 ("replies from the server") $ modifyMVar buf (go n [])
   where
     go 0 acc unread = return (unread, reverse acc)
     go k acc unread = case decodeReply unread of
