@@ -1,7 +1,8 @@
 {-# LANGUAGE OverloadedStrings, ScopedTypeVariables #-}
 -- | weft-kv's transactions: the gates that hold key colors (a model
 -- test), and MULTI, EXEC, DISCARD and WATCH end to end: queuing and its
--- refusals, isolation from other clients under load, watched keys, and
+-- refusals, isolation from other clients under load, store-wide commands
+-- among tens of thousands of key colors, watched keys, and
 -- blocked clients around a transaction.
 module Test.KvMulti (spec) where
 
@@ -25,6 +26,7 @@ spec :: Spec
 spec = describe "weft-kv transactions" $ do
   gateSpec
   multiSpec
+  storeWideSpec
 
 ------------------------------------------------------------------------------
 -- Gates
@@ -223,6 +225,38 @@ multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $
         `shouldReturn` [ok, queued, queued, queued, RArray [RInt 1, RInt 2, RInt 3]]
       replies b 1 `shouldReturn` [RArray [bulk "b:q", bulk "3"]]
       waitBlocked c 0
+
+-- | Store-wide commands (KEYS, DBSIZE, FLUSHDB) in transactions, with
+-- as many key colors as a server may have, most of them empty.
+storeWideSpec :: Spec
+storeWideSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 65536 }) $ describe "server with 65536 key colors" $
+  it "reads and flushes in a transaction the keys it creates, and sees other clients' new keys all or not at all" $ \addr ->
+    withClient addr $ \w -> withClient addr $ \t -> do
+      -- Keys a transaction creates on colors that held no keys.
+      run t [["MULTI"], ["SET", "s:a", "1"], ["SET", "s:b", "2"], ["FLUSHDB"], ["SET", "s:c", "3"], ["KEYS", "*"], ["DBSIZE"], ["EXEC"]]
+        `shouldReturn` [ok, queued, queued, queued, queued, queued, queued, RArray [ok, ok, ok, ok, RArray [bulk "s:c"], RInt 1]]
+      -- A writer creates new keys, mostly on empty colors, while
+      -- transactions count the keys twice and list them in between.
+      let rounds = 40 :: Int
+          batch i = [ ["SET", C.pack ("s:w" ++ show i ++ ":" ++ show j), "x"] | j <- [1 .. 50 :: Int] ]
+      done <- newEmptyMVar
+      let writer = do
+            forM_ [1 .. rounds] $ \i -> run w (batch i) >>= (`shouldBe` replicate 50 ok)
+            putMVar done ()
+          checker :: Int -> [(Int, Int, Int, Bool)] -> IO [(Int, Int, Int, Bool)]
+          checker j views = tryReadMVar done >>= \d -> case d of
+            Just () -> return views
+            Nothing -> do
+              let own = C.pack ("s:own" ++ show j)
+              got <- run t [["MULTI"], ["DBSIZE"], ["SET", own, "1"], ["KEYS", "*"], ["DBSIZE"], ["EXEC"]]
+              case last got of
+                RArray [RInt n0, _, RArray ks, RInt n1] -> checker (j + 1) ((n0, length ks, n1, bulk own `elem` ks) : views)
+                other -> fail ("EXEC answered " ++ show other)
+      ((), views) <- within 60 "the transactions" (concurrently writer (checker 0 []))
+      length views `shouldSatisfy` (> 0)
+      [ v | v@(n0, listed, n1, own) <- views, n0 + 1 /= listed || listed /= n1 || not own ] `shouldBe` []
+      -- The last transaction saw all the writer's keys, its own and s:c.
+      cmd t ["DBSIZE"] `shouldReturn` RInt (rounds * 50 + length views + 1)
 
 queued :: Reply
 queued = RSimple "QUEUED"

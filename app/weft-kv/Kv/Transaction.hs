@@ -49,8 +49,9 @@ import Kv.Watches
 -- connection's earlier commands have run (as for a store-wide command,
 -- Note [Store-wide commands] in "Kv.Batch"), holds the gates of the
 -- colors its commands may touch: the colors of every argument of every
--- queued command (a superset of their keys), or every key color if one
--- of them is store-wide (KEYS, DBSIZE, FLUSHDB). It holds them one
+-- queued command (a superset of their keys), and if one of them is
+-- store-wide (KEYS, DBSIZE, RANDOMKEY, FLUSHDB) every color that holds
+-- keys (Note [Store-wide commands in a transaction]). It holds them one
 -- after another, in ascending order, each by an event of that color that
 -- passes the gate and closes it behind itself; the event of the last one
 -- runs the commands, answers, and opens the gates again (the others by
@@ -80,6 +81,19 @@ import Kv.Watches
 -- it came after it; one that comes after EXEC took its gates does not
 -- (it is after the transaction). Unlike redis's, a key that had already
 -- expired when watched counts as changed when it is deleted.
+
+-- Note [Store-wide commands in a transaction]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A transaction with KEYS, DBSIZE, RANDOMKEY or FLUSHDB holds the gates
+-- of the colors that hold keys when EXEC starts, and of the colors of its
+-- arguments; not every key color's, since taking a gate costs an event
+-- hop and there may be tens of thousands of colors. Its store-wide
+-- commands read and flush only the colors it holds. A key that another
+-- client creates meanwhile on a color it does not hold is one it never
+-- sees, whether before or after its commands: the transaction is
+-- ordered before that write, which had not ended when EXEC started (had
+-- it ended, its color would count as holding keys). Its own commands
+-- write only keys of its arguments, whose colors it holds.
 
 -- | Queue a command of a transaction (its arguments copied), or refuse
 -- it: the reply, QUEUED or the error.
@@ -142,14 +156,16 @@ type Arm = ByteString -> Int -> Int -> IO TimeoutKey
 -- gates, run, answer with @answer@, open the gates (Note
 -- [Transactions]).
 runTransaction :: Env -> Conn -> Post -> Arm -> (Reply -> IO ()) -> Maybe Watching -> [[ByteString]] -> IO ()
-runTransaction env c postTo arm answer watching queued = holdGates env postTo colors execute answer
+runTransaction env c postTo arm answer watching queued = do
+  -- Note [Store-wide commands in a transaction]
+  occupied <- if any touchesEveryColor plans then occupiedColors store else return []
+  let colors = IntSet.toAscList (IntSet.fromList occupied `IntSet.union` argColors)
+  holdGates env postTo colors (execute colors) answer
   where
     store = envStore env
     plans = map planArgs queued
-    colors
-      | any touchesEveryColor plans = [0 .. storeColors store - 1]
-      | otherwise = ascending store [ a | _ : args <- queued, a <- args ]
-    execute = do
+    argColors = IntSet.fromList [ keyColor store a | _ : args <- queued, a <- args ]
+    execute colors = do
       changed <- maybe (return False) (\(Watching flag _) -> readIORef flag) watching
       mapM_ (unwatch store) watching
       if changed then return RNilArray else do
