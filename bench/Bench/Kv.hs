@@ -15,8 +15,9 @@
 -- after the other, so that the arms see the same machine. Each test is
 -- its own redis-benchmark invocation, so that the server CPU time read
 -- from @/proc/PID/stat@ (user plus system, 10 ms ticks) before and after
--- belongs to that test. Medians of the repetitions are reported, with
--- ratios weft-kv ÷ redis.
+-- belongs to that test; so does the collector's share of weft-kv's CPU,
+-- from its INFO runtime section read before and after. Medians of the
+-- repetitions are reported, with ratios weft-kv ÷ redis.
 module Bench.Kv (kvMain) where
 
 import Control.Exception
@@ -63,14 +64,16 @@ parseOptions = parseOrExit "kv"
   (Options 1000000 1000000 3 defaultTests True Nothing)
 
 -- | One redis-benchmark run of one test: requests per second, latency
--- percentiles in ms, server CPU in microseconds per request.
-data Sample = Sample { smRps :: !Double, smP50 :: !Double, smP99 :: !Double, smCpu :: !Double }
+-- percentiles in ms, server CPU in microseconds per request, and for
+-- weft-kv the collector's share of its CPU in percent (from INFO's
+-- runtime section before and after; negative for redis).
+data Sample = Sample { smRps :: !Double, smP50 :: !Double, smP99 :: !Double, smCpu :: !Double, smGc :: !Double }
 
 -- | Run the kv benchmark; returns the rendered tables.
 kvMain :: [String] -> IO String
 kvMain args = parseOptions args >>= \opts -> do
     hSetBuffering stdout LineBuffering
-    forM_ ["redis-server", "redis-benchmark"] $ \exe -> do
+    forM_ ["redis-server", "redis-benchmark", "redis-cli"] $ \exe -> do
       found <- findExecutable exe
       when (found == Nothing) $ do
         hPutStrLn stderr ("weft-bench kv: " ++ exe ++ " not found (make deps installs redis-server and redis-tools)")
@@ -94,10 +97,10 @@ kvMain args = parseOptions args >>= \opts -> do
       bracket (mapM (\(l, c, a) -> startServer ("kv-" ++ l) c a) arms) (mapM_ stopServer) $ \servers -> do
         -- An unmeasured warm-up: a fresh server's first requests pay for
         -- page faults (weft-kv's nursery) and cold caches.
-        forM_ servers $ \srv -> forM_ ["ping_inline", "set", "get"] $ \t -> runTest (optKeyspace opts) srv 16 20000 t
+        forM_ servers $ \srv -> forM_ ["ping_inline", "set", "get"] $ \t -> runTest (optKeyspace opts) srv False 16 20000 t
         forM_ depths $ \(depth, n) -> forM_ (optTests opts) $ \test ->
           forM_ (zip armNames servers) $ \(arm, srv) -> do
-            s <- runTest (optKeyspace opts) srv depth n test
+            s <- runTest (optKeyspace opts) srv ("weft" `isPrefixOf` arm) depth n test
             printf "  [kv %d/%d] -P %-2d %-11s %-8s %10.0f ops/s %7.2f CPU-us/op  p50 %6.3f  p99 %6.3f ms\n"
               rep (optReps opts) depth test arm (smRps s) (smCpu s) (smP50 s) (smP99 s)
             modifyIORef' results (Map.insertWith (flip (++)) (depth, test, arm) [s])
@@ -112,8 +115,9 @@ lrangeShare = 5
 -- | One redis-benchmark invocation of one test against one server, with
 -- random keys from a keyspace of the given size if one is given (each
 -- command then names another key, and so, in weft-kv, another color).
-runTest :: Maybe Int -> Server -> Int -> Int -> String -> IO Sample
-runTest keyspace srv depth n0 test = do
+runTest :: Maybe Int -> Server -> Bool -> Int -> Int -> String -> IO Sample
+runTest keyspace srv weft depth n0 test = do
+  g0 <- gcTimes
   c0 <- cpuTicks (srvPid srv)
   let lrange = "lrange" `isPrefixOf` test
       -- Each LRANGE reply is 100 to 600 elements: a fifth of the
@@ -124,6 +128,7 @@ runTest keyspace srv depth n0 test = do
              ++ maybe [] (\k -> ["-r", show k]) keyspace
   (code, out, errs) <- readProcessWithExitCode "taskset" argv ""
   c1 <- cpuTicks (srvPid srv)
+  g1 <- gcTimes
   let rows = [ cells | l <- lines out, let cells = map unquote (splitOn ',' l), length cells >= 7 ]
       -- The LRANGE tests first fill the list with an LPUSH test of their own.
       wanted = map toUpper test
@@ -131,14 +136,28 @@ runTest keyspace srv depth n0 test = do
   case matching of
     (_ : rps : _ : _ : p50 : _ : p99 : _) : _ | code == ExitSuccess -> do
       let requests = fromIntegral n * (if lrange then 2 else 1)
+      let gcShare = case (g0, g1) of
+            (Just (gc0, mut0), Just (gc1, mut1)) | gc1 + mut1 > gc0 + mut0 ->
+              100 * fromIntegral (gc1 - gc0) / fromIntegral (gc1 + mut1 - gc0 - mut0)
+            _ -> -1
       return Sample { smRps = read rps, smP50 = read p50, smP99 = read p99
-                    , smCpu = fromIntegral (c1 - c0) * 10000 / requests }
+                    , smCpu = fromIntegral (c1 - c0) * 10000 / requests, smGc = gcShare }
     _ -> do
       hPutStrLn stderr ("weft-bench kv: redis-benchmark " ++ unwords (drop 3 argv) ++ " failed ("
                         ++ show code ++ "):\n" ++ errs ++ out)
       exitFailure
   where
     unquote = filter (/= '"')
+    -- weft-kv's collector and mutator CPU in microseconds so far (INFO's
+    -- runtime section, read with redis-cli).
+    gcTimes :: IO (Maybe (Integer, Integer))
+    gcTimes
+      | not weft = return Nothing
+      | otherwise = do
+          (code, out, _) <- readProcessWithExitCode "redis-cli" ["-h", "127.0.0.1", "-p", show (srvPort srv), "INFO"] ""
+          let fields = [ (k, drop 1 v) | l <- lines (filter (/= '\r') out), let (k, v) = break (== ':') l ]
+              num k = lookup k fields >>= \v -> case reads v of [(x, "")] -> Just x; _ -> Nothing
+          return $ if code /= ExitSuccess then Nothing else (,) <$> num "gc_cpu_us" <*> num "mutator_cpu_us"
 
 -- | The table of medians for one pipeline depth, written to
 -- bench-results/kv-P<depth>.csv.
@@ -154,12 +173,14 @@ report opts arms depth res = do
                ++ [ a ++ " CPU us/op" | a <- arms ]
                ++ [ a ++ " CPU ÷ " ++ r | (a, r) <- pairs ]
                ++ [ a ++ " p50/p99 ms" | a <- arms ]
+               ++ [ a ++ " GC %" | a <- arms, "weft" `isPrefixOf` a ]
       rows = [ [ map toUpper t ]
                ++ concat [ [ printf "%.0f" (med t a smRps), spread (printf "%.0f") (get t a smRps) ] | a <- arms ]
                ++ [ ratio (med t a smRps) (med t r smRps) | (a, r) <- pairs ]
                ++ [ printf "%.2f" (med t a smCpu) | a <- arms ]
                ++ [ ratio (med t a smCpu) (med t r smCpu) | (a, r) <- pairs ]
                ++ [ printf "%.3f/%.3f" (med t a smP50) (med t a smP99) | a <- arms ]
+               ++ [ let g = med t a smGc in if g < 0 then "-" else printf "%.1f" g | a <- arms, "weft" `isPrefixOf` a ]
              | t <- optTests opts ]
       table = renderTable header rows
   sequence_ [ note ["kv", map toUpper t ++ (if depth == 1 then "" else " P" ++ show depth), name] (med t a smRps)

@@ -485,10 +485,8 @@ waitBlocked c n = within 3 ("INFO to count " ++ show n ++ " blocked clients") lo
 nothingYet :: Client -> IO ()
 nothingYet c = GHC.timeout 100000 (replies c 1) >>= \r -> r `shouldBe` Nothing
 
--- | The next n replies (failing the test after 15 s). Not less: with
--- 65536 key colors a transaction holding a store-wide command (MULTI,
--- KEYS, EXEC) takes about a second on its own, and a generated pipeline
--- can hold two of them on a loaded machine.
+-- | The next n replies (failing the test after 15 s, so that a loaded
+-- machine's stalls do not count as a hung server).
 replies :: Client -> Int -> IO [Reply]
 replies (Client s buf) n = within 15 ("replies from the server") $ modifyMVar buf (go n [])
   where
@@ -1169,6 +1167,27 @@ serverSpec = do
     cmd c ["CONFIG", "GET", "nothing"] `shouldReturn` RArray []
     sendRaw c "PING\r\n"
     replies c 1 `shouldReturn` [RSimple "PONG"]
+
+  it "reports the collector's counts in INFO's runtime section, growing as the store does" $ \addr -> withClient addr $ \c -> do
+    let runtime = do
+          info <- cmd c ["INFO"]
+          case info of
+            RBulk text -> return [ (k, v) | l <- C.lines (C.filter (/= '\r') text), let (k, v) = C.break (== ':') l, not (B.null v) ]
+            other -> fail ("INFO answered " ++ show other)
+        count fields name = maybe (-1) fst (lookup name fields >>= C.readInt . B.drop 1)
+        names = ["gc_collections", "gc_major_collections", "gc_cpu_us", "mutator_cpu_us", "gc_allocated_bytes", "gc_copied_bytes", "gc_max_live_bytes"]
+    start <- runtime
+    lookup "gc_stats" start `shouldBe` Just ":on"
+    forM_ names $ \name -> count start name `shouldSatisfy` (>= 0)
+    -- 400 values of 50 kB: the server copies 20 MB into its store.
+    let value = B.replicate 50000 0x61
+    forM_ [1 .. 40 :: Int] $ \i ->
+      run c [ ["SET", C.pack ("gc:" ++ show (i * 10 + j)), value] | j <- [0 .. 9 :: Int] ] >>= (`shouldBe` replicate 10 ok)
+    grown <- runtime
+    count grown "gc_allocated_bytes" - count start "gc_allocated_bytes" `shouldSatisfy` (>= 20000000)
+    count grown "gc_collections" `shouldSatisfy` (> count start "gc_collections")
+    forM_ names $ \name -> count grown name `shouldSatisfy` (>= count start name)
+    cmd c ("DEL" : [ C.pack ("gc:" ++ show k) | k <- [10 .. 409 :: Int] ]) `shouldReturn` RInt 400
 
   it "runs the string and key commands" $ \addr -> withClient addr $ \c -> do
     run c [ ["GET", "s"], ["SET", "s", "v1"], ["GET", "s"], ["SET", "s", "v2"], ["GET", "s"]

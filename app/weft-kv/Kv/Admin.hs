@@ -16,6 +16,7 @@ module Kv.Admin
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
+import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
 
 import Kv.Deque (dequeToList)
 import Kv.Packed (packedKeys, packedToAscList)
@@ -116,18 +117,46 @@ functionCommand (sub : rest) = case (upper sub, map upper rest) of
 functionCommand [] = Answer (RError "ERR wrong number of arguments for 'function' command")
 
 -- | INFO, whatever sections are asked for: the server section, the
--- blocked clients and the watches, in redis's "field:value" lines, with what clients and test harnesses read
--- from it. weft-kv speaks redis 7.0's protocol; its memory is GHC's heap,
--- not jemalloc's (so allocator-specific checks are left out).
+-- blocked clients and the watches, in redis's "field:value" lines, with
+-- what clients and test harnesses read from it; and weft-kv's own
+-- runtime section, GHC's collector since the start ('runtimeLines').
+-- weft-kv speaks redis 7.0's protocol; its memory is GHC's heap, not
+-- jemalloc's (so allocator-specific checks are left out).
 infoReply :: Store -> IO Reply
 infoReply store = do
   blocked <- blockedClients (storeWaiters store)
   (watching, watched) <- watchCounts (storeWatches store)
+  runtime <- runtimeLines
   return $ RBulk $ B.concat [ line <> "\r\n" | line <-
     [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
     , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc", ""
     , "# Clients", "blocked_clients:" <> C.pack (show blocked)
-    , "watching_clients:" <> C.pack (show watching), "total_watched_keys:" <> C.pack (show watched) ] ]
+    , "watching_clients:" <> C.pack (show watching), "total_watched_keys:" <> C.pack (show watched), ""
+    , "# Runtime" ] ++ runtime ]
+
+-- | The collector's counts since the start, from GHC's statistics, which
+-- weft-kv's default RTS options enable (@-T@): collections (all and
+-- major), the CPU time of the collector and of the rest of the program
+-- (so the collector's share of the CPU between two reads is the
+-- difference of the one over that of both), bytes allocated and copied,
+-- and the largest live heap a major collection found. Without @-T@
+-- (an @+RTS@ option cannot take it back, but a build without weft-kv's
+-- options can lack it), only @gc_stats:off@.
+runtimeLines :: IO [ByteString]
+runtimeLines = do
+  enabled <- getRTSStatsEnabled
+  if not enabled then return ["gc_stats:off"] else do
+    st <- getRTSStats
+    let field name v = name <> ":" <> C.pack (show v)
+    return
+      [ "gc_stats:on"
+      , field "gc_collections" (gcs st)
+      , field "gc_major_collections" (major_gcs st)
+      , field "gc_cpu_us" (gc_cpu_ns st `quot` 1000)
+      , field "mutator_cpu_us" (mutator_cpu_ns st `quot` 1000)
+      , field "gc_allocated_bytes" (allocated_bytes st)
+      , field "gc_copied_bytes" (copied_bytes st)
+      , field "gc_max_live_bytes" (max_live_bytes st) ]
 
 -- | MEMORY USAGE key [SAMPLES n]: an estimate of the bytes the key and its
 -- value hold (the payload bytes and a fixed cost per element), nil for no
