@@ -104,7 +104,7 @@ data Work
     -- ^ FLUSHDB's part on this color, and the colors still to flush: the
     -- last one answers (Note [Store-wide commands]).
   | WorkSurvey !Int Survey !(IORef (Int, [Reply]))
-    -- ^ DBSIZE's, KEYS's or RANDOMKEY's part on this color, the colors
+    -- ^ KEYS's or RANDOMKEY's part on this color, the colors
     -- still to read and the parts so far: the last one answers.
   | WorkUnblock !Int Conn !Bool
     -- ^ CLIENT UNBLOCK of a connection of this color, with an error or
@@ -163,6 +163,10 @@ dispatch env c (Held blocks0 i0 malformed _) = do
       Isolated keys p -> storeWide $ \s -> do
         runIsolated env c (postKeyColor env) (armExpiry env) (replyLater env c s) keys p
         (False, groups) <$ writeIORef (connHeld c) heldAfter
+      -- DBSIZE adds the colors' counts up, with no event on any.
+      Surveying CountKeys -> storeWide $ \s -> do
+        keyCount (envStore env) >>= place c s . RInt
+        onward groups
       Surveying op -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
         if null colors then place c s (joinSurvey op []) >> onward groups else do
@@ -370,12 +374,13 @@ noWork _ = False
 -- command the client sent before it has run (nothing outstanding,
 -- nothing posted in its batch); until then it and the commands after it
 -- wait in 'connHeld', reading pauses, and 'settle' resumes them when the
--- replies are in. Then it runs on the colors that hold keys
--- ('occupiedColors', which reads each table's count): a part of it
--- ('WorkSurvey' for DBSIZE, KEYS and RANDOMKEY, 'WorkFlush' for FLUSHDB
+-- replies are in. DBSIZE then adds up the tables' counts ('keyCount'),
+-- which any color may read, and answers at once. The others run on the
+-- colors that hold keys ('occupiedColors', which reads the same counts):
+-- a part of it ('WorkSurvey' for KEYS and RANDOMKEY, 'WorkFlush' for FLUSHDB
 -- and FLUSHALL) joins each such color's group of the batch, ahead of the
--- commands the client sent after it. Each part counts, lists, picks from
--- or deletes its color's keys; the colors count down a shared counter, and the last
+-- commands the client sent after it. Each part lists, picks from or
+-- deletes its color's keys (a DBSIZE in a transaction counts them); the colors count down a shared counter, and the last
 -- one answers (for a survey, with the parts joined: 'joinSurvey'); no
 -- other color posts a result. An empty store answers at once. With the
 -- default key colors (one per core) that is at most one event per core;

@@ -34,6 +34,7 @@ module Kv.Store
   , surveyColor
   , joinSurvey
   , occupiedColors
+  , keyCount
   , storeWaiters
   , storeWatches
   , storeColors
@@ -290,7 +291,8 @@ data Update
 -- | A read of every key (Note [Store-wide commands] in "Kv.Batch").
 data Survey
   = CountKeys
-    -- ^ How many live keys: 'RInt'.
+    -- ^ How many keys, as redis counts them (those whose expiry has
+    -- passed but that are not yet deleted among them): 'RInt'.
   | MatchKeys (ByteString -> Bool)
     -- ^ The live keys that match: an 'RArray' of bulk strings.
   | RandomKey
@@ -508,13 +510,14 @@ expireDue (Store tables mask _ watches) arm key armedFor = do
             tableSet t i (entry (entryKey old) (entryValue old) (ExpiresAt deadline next))
       _ -> return ()
 
--- | One color's part of a read of every key, at the given time: its live
--- keys counted ('RInt'), or those that match ('RArray' of bulk strings).
+-- | One color's part of a read of every key, at the given time: its keys
+-- counted ('RInt'), or the live ones that match ('RArray' of bulk
+-- strings), or one picked at random.
 -- Must run as an event of that color; 'joinSurvey' puts the colors'
 -- parts together (Note [Store-wide commands] in "Kv.Batch").
 surveyColor :: Store -> Int -> Now -> Survey -> IO Reply
 surveyColor (Store tables _ _ _) color clocks op = case op of
-  CountKeys -> RInt <$> tableFold (\n _ e -> if live e then n + 1 else n) 0 t
+  CountKeys -> RInt <$> tableSize t
   MatchKeys wanted -> RArray <$> tableFold (\acc k e -> if live e && wanted k then RBulk k : acc else acc) [] t
   -- The color's count (expired keys not yet deleted among them), one of
   -- its live keys, and a random number for 'joinSurvey's pick.
@@ -553,6 +556,17 @@ occupiedColors (Store tables _ _ _) = go 0 []
     go !i acc
       | i == sizeofArray tables = return acc
       | otherwise = tableSize (indexArray tables i) >>= \n -> go (i + 1) (if n > 0 then i : acc else acc)
+
+-- | How many keys the store holds (expired ones not yet deleted among
+-- them), DBSIZE's answer. Runs on any color: it reads each table's count
+-- (Note [A color's table] in "Kv.Table"), each as it is just before or
+-- just after a write another core makes.
+keyCount :: Store -> IO Int
+keyCount (Store tables _ _ _) = go 0 0
+  where
+    go !i !n
+      | i == sizeofArray tables = return n
+      | otherwise = tableSize (indexArray tables i) >>= \k -> go (i + 1) (n + k)
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
