@@ -369,22 +369,23 @@ noWork _ = False
 -- Note [Store-wide commands]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
 -- DBSIZE, KEYS, RANDOMKEY and FLUSHDB touch every key, hence every key
--- color (up to 65536), and a color's table may only be read by its own events (Note
--- [A color's table] in "Kv.Table"). Such a command runs only once every
+-- color (up to 65536), and a color's table may only be read by its own
+-- events (Note [A color's table] in "Kv.Table"). Such a command runs only once every
 -- command the client sent before it has run (nothing outstanding,
 -- nothing posted in its batch); until then it and the commands after it
 -- wait in 'connHeld', reading pauses, and 'settle' resumes them when the
 -- replies are in. DBSIZE then adds up the tables' counts ('keyCount'),
 -- which any color may read, and answers at once. The others run on the
 -- colors that hold keys ('occupiedColors', which reads the same counts):
--- a part of it ('WorkSurvey' for KEYS and RANDOMKEY, 'WorkFlush' for FLUSHDB
--- and FLUSHALL) joins each such color's group of the batch, ahead of the
--- commands the client sent after it. Each part lists, picks from or
--- deletes its color's keys (a DBSIZE in a transaction counts them); the colors count down a shared counter, and the last
--- one answers (for a survey, with the parts joined: 'joinSurvey'); no
--- other color posts a result. An empty store answers at once. With the
--- default key colors (one per core) that is at most one event per core;
--- with 65536 colors and 100,000 keys, some 50,000, about 0.1 s.
+-- a part of it ('WorkSurvey' for KEYS and RANDOMKEY, 'WorkFlush' for
+-- FLUSHDB and FLUSHALL) joins each such color's group of the batch, ahead
+-- of the commands the client sent after it. Each part lists, picks from
+-- or deletes its color's keys; the colors count down a shared counter,
+-- and the last one answers (for a survey, with the parts joined:
+-- 'joinSurvey'); no other color posts a result. An empty store answers
+-- at once. With the default key colors (one per core) that is at most
+-- one event per core; with 65536 colors and 100,000 keys, some 50,000,
+-- about 0.1 s.
 --
 -- The client sees its own writes, as with redis. Unlike redis's, the
 -- result is not one snapshot of the store when other clients write at
