@@ -547,26 +547,26 @@ joinSurvey RandomKey parts = case [ (n, k, r) | RArray [RInt n, RBulk k, RInt r]
         go _ [] = RNil
     in go (r0 `mod` max 1 total) picks
 
--- | The colors whose tables hold keys (live or expired), in descending
--- order. Runs on any color: it reads each table's count (Note [A color's
--- table] in "Kv.Table").
-occupiedColors :: Store -> IO [Int]
-occupiedColors (Store tables _ _ _) = go 0 []
-  where
-    go !i acc
-      | i == sizeofArray tables = return acc
-      | otherwise = tableSize (indexArray tables i) >>= \n -> go (i + 1) (if n > 0 then i : acc else acc)
-
--- | How many keys the store holds (expired ones not yet deleted among
--- them), DBSIZE's answer. Runs on any color: it reads each table's count
+-- | Fold over the key colors in ascending order with each table's count
+-- of keys (live or expired). Runs on any color: it reads only the counts
 -- (Note [A color's table] in "Kv.Table"), each as it is just before or
 -- just after a write another core makes.
-keyCount :: Store -> IO Int
-keyCount (Store tables _ _ _) = go 0 0
+foldCounts :: Store -> (a -> Int -> Int -> a) -> a -> IO a
+foldCounts (Store tables _ _ _) f = go 0
   where
-    go !i !n
-      | i == sizeofArray tables = return n
-      | otherwise = tableSize (indexArray tables i) >>= \k -> go (i + 1) (n + k)
+    go !i !acc
+      | i == sizeofArray tables = return acc
+      | otherwise = tableSize (indexArray tables i) >>= \n -> go (i + 1) (f acc i n)
+
+-- | The colors whose tables hold keys (live or expired), in descending
+-- order. Runs on any color ('foldCounts').
+occupiedColors :: Store -> IO [Int]
+occupiedColors store = foldCounts store (\acc i n -> if n > 0 then i : acc else acc) []
+
+-- | How many keys the store holds (expired ones not yet deleted among
+-- them), DBSIZE's answer. Runs on any color ('foldCounts').
+keyCount :: Store -> IO Int
+keyCount store = foldCounts store (\acc _ n -> acc + n) 0
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
