@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# How long a transaction holding a store-wide command takes in weft-kv
-# with many key colors, for weft-kv binaries side by side:
+# How long store-wide commands take in weft-kv with many key colors (a
+# transaction holding one, and RANDOMKEY), for weft-kv binaries side by
+# side:
 #
 #   bench/kv-store-wide.sh [--reps N] [--colors N] BIN...
 #
@@ -8,8 +9,8 @@
 # 0 and 1 at +RTS -N1 and at -N2, fills it with one key, or with SET over
 # 10,000 random keys (redis-benchmark -r 10000, 30,000 requests: some
 # 9,500 keys, most on a color of their own), and times redis-cli sending
-# MULTI, KEYS * (or DBSIZE), EXEC: the round trip, redis-cli's start
-# included (about 10 ms). Arms are interleaved. Prints one line per run
+# MULTI, KEYS * (or DBSIZE), EXEC, and then RANDOMKEY alone: the round
+# trip, redis-cli's start included (about 10 ms). Arms are interleaved. Prints one line per run
 # (rep, binary, -N, keys, command, microseconds), then the medians with
 # their min-max in milliseconds.
 #
@@ -42,9 +43,10 @@ for rep in $(seq "$reps"); do
           timeout 60 redis-benchmark -p $port -c 10 -P 16 -n 30000 -r "$fill" -t set -q >/dev/null 2>&1
         fi
         keys=$(redis-cli -p $port DBSIZE)
-        for cmd in "KEYS *" "DBSIZE"; do
+        for cmd in "KEYS *" "DBSIZE" "RANDOMKEY"; do
+          if [ "$cmd" = RANDOMKEY ]; then input=$'RANDOMKEY\r\n'; else input=$(printf 'MULTI\r\n%s\r\nEXEC\r\n' "$cmd"); fi
           t0=$(date +%s%N)
-          printf 'MULTI\r\n%s\r\nEXEC\r\n' "$cmd" | timeout 60 redis-cli -p $port >/dev/null
+          printf '%s' "$input" | timeout 60 redis-cli -p $port >/dev/null
           t1=$(date +%s%N)
           printf '%s\t%s\t-N%s\t%s\t%s\t%s\n' "$rep" "$bin" "$n" "$keys" "${cmd%% *}" $(( (t1 - t0) / 1000 )) | tee -a "$out"
         done

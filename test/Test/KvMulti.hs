@@ -17,6 +17,7 @@ import Test.Hspec.QuickCheck (prop)
 import Test.QuickCheck hiding (within)
 
 import Kv.Gate
+import Kv.Key (keyHash)
 import Kv.Resp
 import Kv.Server
 import Support (within)
@@ -82,6 +83,18 @@ gateSpec = describe "a color's gate" $
 
 multiSpec :: Spec
 multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $ describe "server" $ do
+  it "picks RANDOMKEY's color with the odds of its share of the keys" $ \addr ->
+    withClient addr $ \c -> do
+      -- 40 keys on one color of the 64, and one key on another.
+      let named = [ C.pack ("w:" ++ show i) | i <- [1 :: Int ..] ]
+          colorOf k = keyHash k `mod` 64
+          crowd = take 40 [ k | k <- named, colorOf k == 7 ]
+          lone = head [ k | k <- named, colorOf k == 9 ]
+      run c [ ["SET", k, "v"] | k <- lone : crowd ] `shouldReturn` replicate 41 ok
+      picks <- run c (replicate 2000 ["RANDOMKEY"])
+      [ p | p <- picks, p `notElem` map bulk (lone : crowd) ] `shouldBe` []
+      -- About 2000 / 41 = 49 (a color picked at even odds: about 1000).
+      length (filter (== bulk lone) picks) `shouldSatisfy` (< 150)
   it "queues commands after MULTI and answers them at EXEC in one array, errors in their places" $ \addr ->
     withClient addr $ \c -> do
       run c [["MULTI"], ["SET", "m:a", "1"], ["INCR", "m:a"], ["LPUSH", "m:a", "x"], ["RPUSH", "m:l", "p", "q"], ["MGET", "m:a", "m:none"], ["EXEC"]]
@@ -229,7 +242,7 @@ multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $
 -- | Store-wide commands (KEYS, DBSIZE, FLUSHDB) in transactions, with
 -- as many key colors as a server may have, most of them empty.
 storeWideSpec :: Spec
-storeWideSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 65536 }) $ describe "server with 65536 key colors" $
+storeWideSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 65536 }) $ describe "server with 65536 key colors" $ do
   it "reads and flushes in a transaction the keys it creates, and sees other clients' new keys all or not at all" $ \addr ->
     withClient addr $ \w -> withClient addr $ \t -> do
       -- Keys a transaction creates on colors that held no keys.
@@ -257,6 +270,33 @@ storeWideSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 655
       [ v | v@(n0, listed, n1, own) <- views, n0 + 1 /= listed || listed /= n1 || not own ] `shouldBe` []
       -- The last transaction saw all the writer's keys, its own and s:c.
       cmd t ["DBSIZE"] `shouldReturn` RInt (rounds * 50 + length views + 1)
+
+  it "answers RANDOMKEY from one color with each live key and no other, and never nil while keys expire" $ \addr ->
+    withClient addr $ \c -> do
+      cmd c ["RANDOMKEY"] `shouldReturn` RNil
+      let keys = [ C.pack ("r:" ++ show i) | i <- [1 .. 30 :: Int] ]
+      run c [ ["SET", k, "v"] | k <- keys ] `shouldReturn` replicate 30 ok
+      picks <- run c (replicate 3000 ["RANDOMKEY"])
+      [ p | p <- picks, p `notElem` map bulk keys ] `shouldBe` []
+      [ k | k <- keys, bulk k `notElem` picks ] `shouldBe` []
+      -- It sees the client's earlier writes, not its later ones.
+      got <- run c [["RANDOMKEY"], "DEL" : keys, ["RANDOMKEY"]]
+      drop 1 got `shouldBe` [RInt 30, RNil]
+      take 1 got `shouldSatisfy` all (`elem` map bulk keys)
+      -- Keys expire one by one, mostly each on a color of its own, beside
+      -- one that does not: a color picked by the counts may hold only a
+      -- key whose time is up and whose timer has not yet deleted it.
+      run c ([ ["SET", C.pack ("e:" ++ show i), "v", "PX", C.pack (show (20 + i `rem` 400))] | i <- [1 .. 800 :: Int] ]
+             ++ [["SET", "live", "v"]]) `shouldReturn` replicate 801 ok
+      let draw :: Int -> [Reply] -> IO [Reply]
+          draw rounds seen = do
+            n <- cmd c ["DBSIZE"]
+            if n == RInt 1 || rounds == 0 then return seen else do
+              more <- run c (replicate 100 ["RANDOMKEY"])
+              draw (rounds - 1) (filter (== RNil) more ++ seen)
+      nils <- within 30 "RANDOMKEY while keys expire" (draw (2000 :: Int) [])
+      nils `shouldBe` []
+      cmd c ["RANDOMKEY"] `shouldReturn` bulk "live"
 
 queued :: Reply
 queued = RSimple "QUEUED"

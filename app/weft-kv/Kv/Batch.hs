@@ -30,7 +30,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTim
 import Kv.Command
 import Kv.Conn
 import Kv.Gate (gateOpen, gated)
-import Kv.Plan (Block (..), ClientCall (..), TxCall (..), ok)
+import Kv.Plan (Block (..), ClientCall (..), TxCall (..), clockSeed, ok, randoms)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
 import Kv.Store
@@ -106,6 +106,10 @@ data Work
   | WorkSurvey !Int Survey !(IORef (Int, [Reply]))
     -- ^ KEYS's or RANDOMKEY's part on this color, the colors
     -- still to read and the parts so far: the last one answers.
+  | WorkPick !Int
+    -- ^ RANDOMKEY's first try, on a color picked by the counts: one of
+    -- its live keys, or else a survey of every color (Note [Store-wide
+    -- commands]).
   | WorkUnblock !Int Conn !Bool
     -- ^ CLIENT UNBLOCK of a connection of this color, with an error or
     -- not ('ClientUnblock').
@@ -167,11 +171,15 @@ dispatch env c (Held blocks0 i0 malformed _) = do
       Surveying CountKeys -> storeWide $ \s -> do
         keyCount (envStore env) >>= place c s . RInt
         onward groups
-      Surveying op -> storeWide $ \s -> do
-        colors <- occupiedColors (envStore env)
-        if null colors then place c s (joinSurvey op []) >> onward groups else do
-          parts <- newIORef (length colors, [])
-          onward (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
+      -- RANDOMKEY asks one color first; the commands after it wait, as
+      -- it may need a survey of every color after all.
+      Surveying RandomKey -> storeWide $ \s -> do
+        now <- readNow
+        picked <- pickColor (envStore env) (head (randoms (clockSeed now)))
+        case picked of
+          Nothing -> place c s RNil >> onward groups
+          Just color -> (False, add color (WorkPick s) groups) <$ writeIORef (connHeld c) heldAfter
+      Surveying op -> storeWide $ \s -> keyWork env c s (Surveying op) groups >>= onward
       Flushing -> storeWide $ \s -> do
         colors <- occupiedColors (envStore env)
         if null colors then place c s ok >> onward groups else do
@@ -320,6 +328,12 @@ keyWork env c s p groups = case p of
         let byColor = IntMap.fromListWith (++)
               [ (colorOf key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
         return (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+  -- A survey of every color that holds keys (Note [Store-wide commands]).
+  Surveying op -> do
+    colors <- occupiedColors (envStore env)
+    if null colors then groups <$ place c s (joinSurvey op []) else do
+      parts <- newIORef (length colors, [])
+      return (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
   -- No command's parts decide on a store-wide step.
   _ -> groups <$ place c s (RError "ERR internal error: a store-wide step after a key's")
   where colorOf = keyColor (envStore env)
@@ -375,17 +389,27 @@ noWork _ = False
 -- nothing posted in its batch); until then it and the commands after it
 -- wait in 'connHeld', reading pauses, and 'settle' resumes them when the
 -- replies are in. DBSIZE then adds up the tables' counts ('keyCount'),
--- which any color may read, and answers at once. The others run on the
--- colors that hold keys ('occupiedColors', which reads the same counts):
--- a part of it ('WorkSurvey' for KEYS and RANDOMKEY, 'WorkFlush' for
--- FLUSHDB and FLUSHALL) joins each such color's group of the batch, ahead
--- of the commands the client sent after it. Each part lists, picks from
--- or deletes its color's keys; the colors count down a shared counter,
--- and the last one answers (for a survey, with the parts joined:
--- 'joinSurvey'); no other color posts a result. An empty store answers
--- at once. With the default key colors (one per core) that is at most
--- one event per core; with 65536 colors and 100,000 keys, some 50,000,
--- about 0.1 s.
+-- which any color may read, and answers at once. KEYS and FLUSHDB run
+-- on the colors that hold keys ('occupiedColors', which reads the same
+-- counts): a part of it ('WorkSurvey' for KEYS, 'WorkFlush' for FLUSHDB
+-- and FLUSHALL) joins each such color's group of the batch, ahead of the
+-- commands the client sent after it. Each part lists or deletes its
+-- color's keys; the colors count down a shared counter, and the last one
+-- answers (for a survey, with the parts joined: 'joinSurvey'); no other
+-- color posts a result. An empty store answers at once. With the default
+-- key colors (one per core) that is at most one event per core; with
+-- 65536 colors and 100,000 keys, some 50,000, about 0.1 s.
+--
+-- RANDOMKEY needs one key, so it picks one color by the same counts,
+-- each with the odds of its share of the keys ('pickColor'), and asks it
+-- alone for one of its live keys ('WorkPick'). The counts include keys
+-- whose time is up but whose expiry timer has not yet deleted them, so
+-- the color may have no live key; then, and only then, the command goes
+-- on as a survey of every color that holds keys ('Then' a 'Surveying'
+-- plan), whose parts each pick one and whose join picks among them. That
+-- second step starts after the first has answered, so the client's
+-- commands after a RANDOMKEY wait for its reply (in 'connHeld'), or the
+-- survey could see what they wrote.
 --
 -- The client sees its own writes, as with redis. Unlike redis's, the
 -- result is not one snapshot of the store when other clients write at
@@ -440,6 +464,12 @@ runWorks env c color works = do
           part <- surveyColor (envStore env) color now op
           (n, gathered) <- atomicModifyIORef' parts (\(n, ps) -> let st = (n - 1, part : ps) in (st, st))
           if n == 0 then whole s (joinSurvey op gathered) >>= \done -> return (done : acc) else return acc
+        WorkPick s -> do
+          part <- surveyColor (envStore env) color now RandomKey
+          case part of
+            RArray [_, key@(RBulk _), _] -> whole s key >>= \done -> return (done : acc)
+            -- Its keys have all expired (their timers have not yet run).
+            _ -> return (Then s (Surveying RandomKey) : acc)
         WorkUnblock s t withError -> do
           r <- unblockClient env t withError
           done <- whole s r

@@ -35,6 +35,7 @@ module Kv.Store
   , joinSurvey
   , occupiedColors
   , keyCount
+  , pickColor
   , storeWaiters
   , storeWatches
   , storeColors
@@ -567,6 +568,20 @@ occupiedColors store = foldCounts store (\acc i n -> if n > 0 then i : acc else 
 -- them), DBSIZE's answer. Runs on any color ('foldCounts').
 keyCount :: Store -> IO Int
 keyCount store = foldCounts store (\acc _ n -> acc + n) 0
+
+-- | A color that holds keys, picked with the odds of its share of the
+-- store's keys (expired ones not yet deleted among them), by a random
+-- number; 'Nothing' if no color holds any. RANDOMKEY's first try (Note
+-- [Store-wide commands] in "Kv.Batch"). Runs on any color ('foldCounts').
+pickColor :: Store -> Word64 -> IO (Maybe Int)
+pickColor store r = do
+  occupied <- foldCounts store (\acc i n -> if n > 0 then (i, n) : acc else acc) []
+  let total = sum (map snd occupied)
+      -- Counts read while other cores write need not add up to a number
+      -- drawn from their sum; the last color takes any shortfall.
+      go x ((i, n) : more) = if x < n || null more then Just i else go (x - n) more
+      go _ [] = Nothing
+  return (go (fromIntegral (r `mod` fromIntegral (max 1 total))) occupied)
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
