@@ -1168,7 +1168,7 @@ serverSpec = do
     sendRaw c "PING\r\n"
     replies c 1 `shouldReturn` [RSimple "PONG"]
 
-  it "reports the collector's counts in INFO's runtime section, growing as the store does" $ \addr -> withClient addr $ \c -> do
+  it "reports the collector's counts and weft's polls in INFO's runtime section, growing as the store does and as requests come" $ \addr -> withClient addr $ \c -> do
     let runtime = do
           info <- cmd c ["INFO"]
           case info of
@@ -1188,6 +1188,15 @@ serverSpec = do
     count grown "gc_collections" `shouldSatisfy` (> count start "gc_collections")
     forM_ names $ \name -> count grown name `shouldSatisfy` (>= count start name)
     cmd c ("DEL" : [ C.pack ("gc:" ++ show k) | k <- [10 .. 409 :: Int] ]) `shouldReturn` RInt 400
+    -- weft's polls: each of 200 requests in turn is a read the server
+    -- learns of from a poll.
+    quiet <- runtime
+    forM_ [1 .. 200 :: Int] $ \_ -> cmd c ["PING"] `shouldReturn` RSimple "PONG"
+    pinged <- runtime
+    let grew name = count pinged name - count quiet name
+    grew "weft_poll_events" `shouldSatisfy` (>= 200)
+    grew "weft_polls_blocking" + grew "weft_polls_nonblocking" `shouldSatisfy` (>= 200)
+    count pinged "weft_spin_us" `shouldSatisfy` (>= 0)
 
   it "runs the string and key commands" $ \addr -> withClient addr $ \c -> do
     run c [ ["GET", "s"], ["SET", "s", "v1"], ["GET", "s"], ["SET", "s", "v2"], ["GET", "s"]

@@ -17,6 +17,7 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
+import Weft.Event (ManagerStats (..), getManagerStats, systemManagers)
 
 import Kv.Deque (dequeToList)
 import Kv.Packed (packedKeys, packedToAscList)
@@ -119,7 +120,8 @@ functionCommand [] = Answer (RError "ERR wrong number of arguments for 'function
 -- | INFO, whatever sections are asked for: the server section, the
 -- blocked clients and the watches, in redis's "field:value" lines, with
 -- what clients and test harnesses read from it; and weft-kv's own
--- runtime section, GHC's collector since the start ('runtimeLines').
+-- runtime section, GHC's collector and weft's polls since the start
+-- ('runtimeLines').
 -- weft-kv speaks redis 7.0's protocol; its memory is GHC's heap, not
 -- jemalloc's (so allocator-specific checks are left out).
 infoReply :: Store -> IO Reply
@@ -141,22 +143,38 @@ infoReply store = do
 -- difference of the one over that of both), bytes allocated and copied,
 -- and the largest live heap a major collection found. Without @-T@
 -- (an @+RTS@ option cannot take it back, but a build without weft-kv's
--- options can lack it), only @gc_stats:off@.
+-- options can lack it), only @gc_stats:off@. Then weft's own counts of
+-- its I/O managers' polls, always.
 runtimeLines :: IO [ByteString]
-runtimeLines = do
-  enabled <- getRTSStatsEnabled
-  if not enabled then return ["gc_stats:off"] else do
-    st <- getRTSStats
-    let field name v = name <> ":" <> C.pack (show v)
-    return
-      [ "gc_stats:on"
-      , field "gc_collections" (gcs st)
-      , field "gc_major_collections" (major_gcs st)
-      , field "gc_cpu_us" (gc_cpu_ns st `quot` 1000)
-      , field "mutator_cpu_us" (mutator_cpu_ns st `quot` 1000)
-      , field "gc_allocated_bytes" (allocated_bytes st)
-      , field "gc_copied_bytes" (copied_bytes st)
-      , field "gc_max_live_bytes" (max_live_bytes st) ]
+runtimeLines = (++) <$> gcLines <*> pollLines
+  where
+    gcLines = do
+      enabled <- getRTSStatsEnabled
+      if not enabled then return ["gc_stats:off"] else do
+        st <- getRTSStats
+        return
+          [ "gc_stats:on"
+          , field "gc_collections" (gcs st)
+          , field "gc_major_collections" (major_gcs st)
+          , field "gc_cpu_us" (gc_cpu_ns st `quot` 1000)
+          , field "mutator_cpu_us" (mutator_cpu_ns st `quot` 1000)
+          , field "gc_allocated_bytes" (allocated_bytes st)
+          , field "gc_copied_bytes" (copied_bytes st)
+          , field "gc_max_live_bytes" (max_live_bytes st) ]
+    -- weft's I/O managers, added over the capabilities: polls that
+    -- blocked and polls that did not (a dispatcher spinning makes the
+    -- latter), the readiness events they brought, and the time spent
+    -- spinning. Per request, they show what waiting for input costs.
+    pollLines = do
+      ms <- mapM getManagerStats =<< systemManagers
+      let total f = sum (map f ms)
+      return
+        [ field "weft_polls_blocking" (total statBlockingPolls)
+        , field "weft_polls_nonblocking" (total statNonBlockingPolls)
+        , field "weft_poll_events" (total statEvents)
+        , field "weft_spin_us" (total statSpinNanos `quot` 1000) ]
+    field :: Show a => ByteString -> a -> ByteString
+    field name v = name <> ":" <> C.pack (show v)
 
 -- | MEMORY USAGE key [SAMPLES n]: an estimate of the bytes the key and its
 -- value hold (the payload bytes and a fixed cost per element), nil for no
