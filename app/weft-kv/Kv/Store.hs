@@ -576,10 +576,10 @@ keyCount store = foldCounts store (\acc _ n -> acc + n) 0
 pickColor :: Store -> Word64 -> IO (Maybe Int)
 pickColor store r = do
   occupied <- foldCounts store (\acc i n -> if n > 0 then (i, n) : acc else acc) []
+  -- Each count is read once, so the draw falls within the ones read,
+  -- whatever other cores write meanwhile.
   let total = sum (map snd occupied)
-      -- Counts read while other cores write need not add up to a number
-      -- drawn from their sum; the last color takes any shortfall.
-      go x ((i, n) : more) = if x < n || null more then Just i else go (x - n) more
+      go x ((i, n) : more) = if x < n then Just i else go (x - n) more
       go _ [] = Nothing
   return (go (fromIntegral (r `mod` fromIntegral (max 1 total))) occupied)
 
