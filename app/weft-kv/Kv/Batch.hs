@@ -30,7 +30,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTim
 import Kv.Command
 import Kv.Conn
 import Kv.Gate (gateOpen, gated)
-import Kv.Plan (Block (..), ClientCall (..), TxCall (..), clockSeed, ok, randoms)
+import Kv.Plan (Block (..), ClientCall (..), TxCall (..), clockSeed, ok, randomFrom)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
 import Kv.Store
@@ -175,7 +175,7 @@ dispatch env c (Held blocks0 i0 malformed _) = do
       -- it may need a survey of every color after all.
       Surveying RandomKey -> storeWide $ \s -> do
         now <- readNow
-        picked <- pickColor (envStore env) (head (randoms (clockSeed now)))
+        picked <- pickColor (envStore env) (randomFrom (clockSeed now))
         case picked of
           Nothing -> place c s RNil >> onward groups
           Just color -> (False, add color (WorkPick s) groups) <$ writeIORef (connHeld c) heldAfter

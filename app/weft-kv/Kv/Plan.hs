@@ -28,6 +28,7 @@ module Kv.Plan
   , Combine (..)
     -- * Random choices
   , randoms
+  , randomFrom
   , clockSeed
   , pickDistinct
   , randomArgs
@@ -231,11 +232,14 @@ clockSeed now = fromIntegral (nowSeed now) * 0x2545f4914f6cdd1d
 -- | splitmix64's finaliser over a counter started at the seed: good enough
 -- to spread choices, not for anything that needs secrecy.
 randoms :: Word64 -> [Word64]
-randoms z = map mix (iterate (+ 0x9e3779b97f4a7c15) z)
-  where
-    mix z0 = let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
-                 z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
-             in z2 `xor` (z2 `shiftR` 31)
+randoms z = map randomFrom (iterate (+ 0x9e3779b97f4a7c15) z)
+
+-- | One random number from a seed: the first of 'randoms'.
+randomFrom :: Word64 -> Word64
+randomFrom z0 =
+  let z1 = (z0 `xor` (z0 `shiftR` 30)) * 0xbf58476d1ce4e5b9
+      z2 = (z1 `xor` (z1 `shiftR` 27)) * 0x94d049bb133111eb
+  in z2 `xor` (z2 `shiftR` 31)
 
 -- | The arguments of SRANDMEMBER, ZRANDMEMBER and HRANDFIELD after the
 -- key, as redis reads them: none; a count (any 64-bit integer but the
