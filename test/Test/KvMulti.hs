@@ -239,8 +239,9 @@ multiSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 64 }) $
       replies b 1 `shouldReturn` [RArray [bulk "b:q", bulk "3"]]
       waitBlocked c 0
 
--- | Store-wide commands (KEYS, DBSIZE, FLUSHDB) in transactions, with
--- as many key colors as a server may have, most of them empty.
+-- | Store-wide commands (KEYS, DBSIZE, FLUSHDB in transactions, and
+-- RANDOMKEY), with as many key colors as a server may have, most of them
+-- empty.
 storeWideSpec :: Spec
 storeWideSpec = around (withKvConfig defaultServerConfig { serverKeyColors = 65536 }) $ describe "server with 65536 key colors" $ do
   it "reads and flushes in a transaction the keys it creates, and sees other clients' new keys all or not at all" $ \addr ->

@@ -542,11 +542,7 @@ joinSurvey CountKeys parts = RInt (sum [ n | RInt n <- parts ])
 joinSurvey (MatchKeys _) parts = RArray (concat [ ks | RArray ks <- parts ])
 joinSurvey RandomKey parts = case [ (n, k, r) | RArray [RInt n, RBulk k, RInt r] <- parts ] of
   [] -> RNil
-  picks@((_, _, r0) : _) ->
-    let total = sum [ n | (n, _, _) <- picks ]
-        go x ((n, k, _) : more) = if x < n || null more then RBulk k else go (x - n) more
-        go _ [] = RNil
-    in go (r0 `mod` max 1 total) picks
+  picks@((_, _, r0) : _) -> maybe RNil RBulk (byWeight (fromIntegral r0) [ (n, k) | (n, k, _) <- picks ])
 
 -- | Fold over the key colors in ascending order with each table's count
 -- of keys (live or expired). Runs on any color: it reads only the counts
@@ -574,14 +570,20 @@ keyCount store = foldCounts store (\acc _ n -> acc + n) 0
 -- number; 'Nothing' if no color holds any. RANDOMKEY's first try (Note
 -- [Store-wide commands] in "Kv.Batch"). Runs on any color ('foldCounts').
 pickColor :: Store -> Word64 -> IO (Maybe Int)
-pickColor store r = do
-  occupied <- foldCounts store (\acc i n -> if n > 0 then (i, n) : acc else acc) []
+pickColor store r =
   -- Each count is read once, so the draw falls within the ones read,
   -- whatever other cores write meanwhile.
-  let total = sum (map snd occupied)
-      go x ((i, n) : more) = if x < n then Just i else go (x - n) more
-      go _ [] = Nothing
-  return (go (fromIntegral (r `mod` fromIntegral (max 1 total))) occupied)
+  byWeight r <$> foldCounts store (\acc i n -> if n > 0 then (n, i) : acc else acc) []
+
+-- | The item a random number falls on when each item takes as many
+-- numbers as its weight (the number modulo their sum); 'Nothing' if the
+-- weights add up to none.
+byWeight :: Word64 -> [(Int, a)] -> Maybe a
+byWeight r items = go (fromIntegral (r `mod` fromIntegral (max 1 total))) items
+  where
+    total = sum (map fst items)
+    go x ((n, a) : more) = if x < n then Just a else go (x - n) more
+    go _ [] = Nothing
 
 -- | Delete every key of a color, and cancel their expiry timers. Must run
 -- as an event of that color.
