@@ -903,6 +903,18 @@ serverSpec = do
             , ["MSETNX", "k3", "x"], ["BLPOP", "k", "0.01"], ["LLEN", "k"], ["TYPE", "k"], ["EXISTS", "k"] ]
       forM_ setups $ \setup -> forM_ commands $ \command ->
         differential kv redis ([["FLUSHALL"]] ++ setup ++ [["WATCH", "k", "k2"], command, ["MULTI"], ["PING"], ["EXEC"], ["UNWATCH"]])
+ it "moves a list onto itself as redis-server does, keeping the key's expiry when it holds one element" $
+  withRedis $ \found -> case found of
+    Left why -> pendingWith why
+    Right redis -> withKv 65536 $ \kv -> differential kv redis $
+      [ ["RPUSH", "r:l", "x"], ["EXPIRE", "r:l", "1000"] ]
+      ++ concat [ [move, ["TTL", "r:l"], ["LRANGE", "r:l", "0", "-1"]]
+                | move <- [ ["LMOVE", "r:l", "r:l", "LEFT", "RIGHT"], ["RPOPLPUSH", "r:l", "r:l"]
+                          , ["BLMOVE", "r:l", "r:l", "RIGHT", "LEFT", "0"], ["BRPOPLPUSH", "r:l", "r:l", "0"] ] ]
+      ++ [ ["MULTI"], ["LMOVE", "r:l", "r:l", "LEFT", "LEFT"], ["RPOPLPUSH", "r:l", "r:l"], ["EXEC"], ["TTL", "r:l"]
+         , ["RPUSH", "r:l", "y", "z"] ]
+      ++ concat [ [["LMOVE", "r:l", "r:l", a, b], ["LRANGE", "r:l", "0", "-1"]] | a <- ["LEFT", "RIGHT"], b <- ["LEFT", "RIGHT"] ]
+      ++ [ ["TTL", "r:l"], ["LMOVE", "r:none", "r:none", "LEFT", "LEFT"], ["SET", "r:s", "v"], ["RPOPLPUSH", "r:s", "r:s"] ]
  it "answers SETNX, GETSET, APPEND, STRLEN, PERSIST, SREM and HDEL exactly as redis-server does" $
   withRedis $ \found -> case found of
     Left why -> pendingWith why

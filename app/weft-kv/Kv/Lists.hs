@@ -288,7 +288,9 @@ withEnd w k = case upper w of
 -- the element is popped from the source and, once popped, pushed onto the
 -- destination, and is the reply. Between the steps another client may
 -- change either key; should the destination have become another type,
--- the element is dropped and the reply is WRONGTYPE.
+-- the element is dropped and the reply is WRONGTYPE. A list moved onto
+-- itself is turned in one step ('rotateOp'): popped first, its last
+-- element would delete the key, and its expiry with it.
 lmove :: ByteString -> ByteString -> Bool -> Bool -> Plan
 lmove src dst fromHead toHead = moveAttempt src dst fromHead toHead Answer (Answer RNil) False True
 
@@ -302,12 +304,28 @@ moveAttempt src dst fromHead toHead done none waited turn = Steps [(src, listPro
       (RNil, _) -> none
       (e@(RError _), _) -> done e
       (_, e@(RError _)) -> done e
-      _ -> Steps [(src, popOp fromHead Nothing)] moved
+      _ | src == dst -> Steps [(src, rotateOp fromHead toHead)] moved
+        | otherwise -> Steps [(src, popOp fromHead Nothing)] pushed
     decide _ = done syntaxError
-    moved [RBulk x] = Steps [(dst, answering (RBulk x) (pushOp toHead [x]))] (\rs -> case rs of [r] -> done r; _ -> done syntaxError)
+    pushed [RBulk x] = Steps [(dst, answering (RBulk x) (pushOp toHead [x]))] moved
+    pushed rs = moved rs
     moved [RNil] = none
     moved [r] = done r
     moved _ = done syntaxError
+
+-- | LMOVE of a list onto itself: its element at one end moved to the
+-- other (or left where it is), the key and its expiry kept; nil when the
+-- list has gone since the probe.
+rotateOp :: Bool -> Bool -> KeyOp
+rotateOp fromHead toHead _ _ v = case v of
+  Just (VList l) -> case dequeIndex (if fromHead then 0 else dequeLength l - 1) l of
+    Nothing -> Outcome Keep RNil
+    Just x ->
+      let rest = if fromHead then dropHead 1 l else dropTail 1 l
+          !l' = if toHead then pushHead x rest else pushTail x rest
+      in Outcome (Replace (VList l')) (RBulk x)
+  Nothing -> Outcome Keep RNil
+  Just _ -> Outcome Keep wrongType
 
 -- | A key's part of LMOVE and LMPOP: its list's length when it is the
 -- caller's @turn@ at it (nil for a missing key, or when it is not), or
