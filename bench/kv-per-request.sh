@@ -11,7 +11,9 @@
 # interleaved, taking turns to go first (against itself, a binary gained
 # a median 4% on PING as the second arm of every repetition). Prints per
 # run: ops/s, the server's user and system CPU per request in ns
-# (/proc/PID/stat), and for weft-kv, from INFO's runtime section before
+# (/proc/PID/stat), the share of a core the server and the client
+# (redis-benchmark, on core 1) each used: a client near 100% sets the
+# pace, not the server; and for weft-kv, from INFO's runtime section before
 # and after: its I/O managers' polls per request (blocking and not), the
 # readiness events they brought per request, and the share of the run's
 # wall time its dispatchers spent spinning.
@@ -27,7 +29,7 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do
     *) arms+=("$1"); shift ;;
   esac
 done
-[ $# -ge 2 ] && [ ${#arms[@]} -ge 1 ] || { sed -n '2,19p' "$0" >&2; exit 2; }
+[ $# -ge 2 ] && [ ${#arms[@]} -ge 1 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 shift
 command -v redis-benchmark > /dev/null || { echo "kv-per-request: redis-benchmark not found" >&2; exit 2; }
 port=6397
@@ -63,12 +65,18 @@ for rep in $(seq "$reps"); do
       fi
       read -r u0 k0 < <(ticks)
       w0=$(date +%s%N)
-      rps=$(timeout 120 taskset -c 1 redis-benchmark -p $port -c 50 -n "$n" -P "$depth" -t "$test" -q 2>&1 \
-            | tr '\r' '\n' | grep -a "requests per second" | tail -1 | awk '{ print $2 }')
+      # The client's CPU time: what `times` reports for this subshell's
+      # children (redis-benchmark and the filters after it).
+      out=$( { timeout 120 taskset -c 1 redis-benchmark -p $port -c 50 -n "$n" -P "$depth" -t "$test" -q 2>&1 \
+               | tr '\r' '\n' | grep -a "requests per second" | tail -1 | awk '{ print $2 }'; times; } )
       w1=$(date +%s%N)
       read -r u1 k1 < <(ticks)
-      line=$(printf '%s\t%s\t-P %s\t%s\tops/s %s\tuser %d\tsys %d ns/req' "$rep" "$test" "$depth" "$arm" "$rps" \
-               $(( (u1 - u0) * 1000000000 / hz / n )) $(( (k1 - k0) * 1000000000 / hz / n )))
+      rps=$(head -1 <<< "$out")
+      client_ms=$(tail -1 <<< "$out" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } print int(t * 1000) }')
+      line=$(printf '%s\t%s\t-P %s\t%s\tops/s %s\tuser %d\tsys %d ns/req\tserver core %d%%\tclient core %d%%' \
+               "$rep" "$test" "$depth" "$arm" "$rps" \
+               $(( (u1 - u0) * 1000000000 / hz / n )) $(( (k1 - k0) * 1000000000 / hz / n )) \
+               $(( (u1 - u0 + k1 - k0) * 100000000000 / hz / (w1 - w0) )) $(( client_ms * 100000000 / (w1 - w0) )))
       if [ -n "$weft" ]; then
         b1=$(info weft_polls_blocking); p1=$(info weft_polls_nonblocking); e1=$(info weft_poll_events); s1=$(info weft_spin_us)
         line+=$(printf '\tpolls/req %.2f blocking + %.2f not\tevents/req %.2f\tspinning %.0f%%' \

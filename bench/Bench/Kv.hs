@@ -45,6 +45,7 @@ data Options = Options
   , optTests     :: ![String]
   , optN2        :: !Bool       -- ^ also run the two-core pairing (sharing the client's core)
   , optKeyspace  :: !(Maybe Int) -- ^ random keys from a keyspace this large (redis-benchmark -r)
+  , optDepths    :: ![Int]      -- ^ the pipeline depths to run (1, 16, 64 or a subset)
   }
 
 -- | Every test redis-benchmark runs by default.
@@ -60,8 +61,12 @@ parseOptions = parseOrExit "kv"
   , value "--reps" "N" positive (\k o -> o { optReps = k })
   , value "--tests" "set,get,..." (listOf (Just . map toLower)) (\ts o -> o { optTests = ts })
   , flag "--no-n2" (\o -> o { optN2 = False })
-  , value "-r" "KEYSPACE" positive (\k o -> o { optKeyspace = Just k }) ]
-  (Options 1000000 1000000 3 defaultTests True Nothing)
+  , value "-r" "KEYSPACE" positive (\k o -> o { optKeyspace = Just k })
+  , value "--depths" "1,16,64" (listOf depth) (\ds o -> o { optDepths = ds }) ]
+  (Options 1000000 1000000 3 defaultTests True Nothing [1, 16, 64])
+  where
+    -- Only the three depths whose request counts the options set.
+    depth d = positive d >>= \k -> if k `elem` [1, 16, 64] then Just k else Nothing
 
 -- | One redis-benchmark run of one test: requests per second, latency
 -- percentiles in ms, server CPU in microseconds per request, and for
@@ -86,7 +91,7 @@ kvMain args = parseOptions args >>= \opts -> do
                            , ("weft-N2", "0,1", \p -> [bin </> "weft-kv", show p, "+RTS", "-N2", "-RTS"]) ]
                          | optN2 opts ]
         armNames = [ a | (a, _, _) <- arms ]
-        depths = [(1, optRequests opts), (16, optPipelined opts), (64, optPipelined opts)]
+        depths = [ (d, if d == 1 then optRequests opts else optPipelined opts) | d <- optDepths opts ]
     printf "weft-bench kv: weft-kv vs redis-server under redis-benchmark -c 50, client on core 1; redis and weft-N1 on core 0%s\n"
       (if optN2 opts then ", redis-io2 (--io-threads 2) and weft-N2 on cores 0,1, shared with the client" else "" :: String)
     printf "  -P 1: -n %d; -P 16 and -P 64: -n %d (LRANGE tests a %s of that); %d repetitions, fresh servers each, arms interleaved per test%s\n"
