@@ -40,11 +40,13 @@ import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.POSIX (getPOSIXTime)
 import Data.List (sort, sortOn, zip4, (\\))
+import Text.Read (readMaybe)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
 import qualified Network.Socket.ByteString as NB
 import System.Directory (findExecutable)
+import System.Environment (lookupEnv)
 import qualified System.Timeout as GHC
 import System.Process (StdStream (NoStream), createProcess, proc, readProcessWithExitCode, std_err, std_out, terminateProcess, waitForProcess)
 import Test.Hspec
@@ -576,15 +578,28 @@ differential kv redis cmds = withClient kv $ \a -> withClient redis $ \b ->
 -- | Generated cases, each from an empty store: up to @pipes@ pipelines
 -- of up to @cmds@ commands, each sent with @send@ to weft-kv and redis
 -- and compared. The failure's report, if any.
+--
+-- These run QuickCheck themselves, so hspec's @--seed@ does not reach
+-- them: a failure names the seed and size of its case, and with
+-- @WEFT_TEST_REPLAY@ set to them that case is the first one generated.
 generatedPipelines :: Int -> Int -> Int -> (Client -> Client -> [[ByteString]] -> IO ()) -> Client -> Client -> IO (Maybe String)
 generatedPipelines cases pipes cmds send a b = do
   let step = frequency [(15, (: []) <$> genCommand), (1, genTransaction)]
       pipelines = resize pipes (listOf1 (concat <$> resize cmds (listOf1 step)))
-  result <- quickCheckWithResult stdArgs { maxSuccess = cases, chatty = False } $
+  replaying <- lookupEnv "WEFT_TEST_REPLAY"
+  let replayed = replaying >>= readMaybe
+  case (replaying, replayed) of
+    (Just r, Nothing) -> fail ("WEFT_TEST_REPLAY=" ++ show r ++ " is not a seed and size a failure named")
+    _ -> return ()
+  result <- quickCheckWithResult stdArgs { maxSuccess = cases, chatty = False, replay = replayed } $
     forAll pipelines $ \ps -> ioProperty $ do
       pipelined a b [["FLUSHALL"]]
       mapM_ (send a b) ps
-  return (if isSuccess result then Nothing else Just (output result))
+  return $ case result of
+    Failure { usedSeed = seed, usedSize = size } ->
+      Just (output result ++ "\nTo generate this case first: WEFT_TEST_REPLAY='" ++ show (seed, size) ++ "'")
+    _ | isSuccess result -> Nothing
+      | otherwise -> Just (output result)
 
 -- | Send commands in one write to both servers, and compare the replies
 -- one by one: byte for byte, but for the replies whose order redis leaves
