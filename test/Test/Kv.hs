@@ -40,7 +40,6 @@ import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.POSIX (getPOSIXTime)
 import Data.List (sort, sortOn, zip4, (\\))
-import Text.Read (readMaybe)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -49,6 +48,7 @@ import System.Directory (findExecutable)
 import System.Environment (lookupEnv)
 import qualified System.Timeout as GHC
 import System.Process (StdStream (NoStream), createProcess, proc, readProcessWithExitCode, std_err, std_out, terminateProcess, waitForProcess)
+import Text.Read (readMaybe)
 import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck hiding (within)
@@ -596,8 +596,8 @@ generatedPipelines cases pipes cmds send a b = do
       pipelined a b [["FLUSHALL"]]
       mapM_ (send a b) ps
   return $ case result of
-    Failure { usedSeed = seed, usedSize = size } ->
-      Just (output result ++ "\nTo generate this case first: WEFT_TEST_REPLAY='" ++ show (seed, size) ++ "'")
+    Failure { usedSeed = failedSeed, usedSize = failedSize } ->
+      Just (output result ++ "\nTo generate this case first: WEFT_TEST_REPLAY='" ++ show (failedSeed, failedSize) ++ "'")
     _ | isSuccess result -> Nothing
       | otherwise -> Just (output result)
 
