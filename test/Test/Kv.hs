@@ -57,6 +57,7 @@ import Kv.Deque
 import Kv.Key
 import Kv.Lists (listRangeReply)
 import Kv.Out
+import Kv.Record
 import Kv.Request
 import Kv.Resp
 import Kv.Server
@@ -145,17 +146,27 @@ instance Keyed TestEntry where
 
 tableSpec :: Spec
 tableSpec = describe "a color's keys (Kv.Table)" $ do
-  modifyMaxSuccess (const 200) $ prop "agree with Data.Map, with hashes that collide or not" $
+  modifyMaxSuccess (const 200) $ prop "agree with Data.Map, with hashes that collide or not, entries and records mixed, and free every record" $
     \(collide :: Bool) ops -> ioProperty $ do
+      (records0, bytes0) <- recordsLive
       -- Colliding: keys of one length share a hash (among them 0 and 1,
       -- which the table's empty and deleted slots use). Else spread, half
       -- of them negative.
       let hashOf k = if collide then B.length k `mod` 3
                      else B.foldl' (\h c -> h * 31 + fromIntegral c) 7 k * (-7046029254386353131)
-          -- Insert or replace, as the store does: look first.
-          put t k v = tableFind t (hashOf k) k >>= \i -> if i >= 0
-            then tableValue t i >>= \(TestEntry stored _) -> tableSet t i (TestEntry stored v)
-            else storedKey k >>= \stored -> tableInsert t (hashOf k) (TestEntry stored v)
+          -- Insert or replace, as the store does: look first. An odd
+          -- number is kept as a record of its digits, an even one in an
+          -- entry, so that slots change from one to the other.
+          put t k v = tableFind t (hashOf k) k >>= \i -> if odd v
+            then do
+              r <- recordNew k (strCopy (C.pack (show v)))
+              if i >= 0 then tableSetRecord t i r else tableInsertRecord t (hashOf k) r
+            else if i >= 0
+              then storedKey k >>= \stored -> tableSet t i (TestEntry stored v)
+              else storedKey k >>= \stored -> tableInsert t (hashOf k) (TestEntry stored v)
+          valueAt t i = tableRecord t i >>= \r -> if isRecord r
+            then readMaybe . C.unpack . strString <$> recordValue r
+            else Just . testValue <$> tableValue t i
           remove t k = tableFind t (hashOf k) k >>= \i -> when (i >= 0) (tableDelete t i)
           grown n = [ C.pack ("g" ++ show j) | j <- [1 .. n] ]
           step t m op = case op of
@@ -166,14 +177,20 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
               if undo then mapM_ (remove t) (grown n) >> return (foldr Map.delete m (grown n))
                 else return (foldr (\k -> Map.insert k n) m (grown n))
           agrees t m = do
-            listed <- tableFold (\acc k (TestEntry _ v) -> (k, v) : acc) [] t
+            listed <- tableFold (\acc k e -> (k, maybe Nothing (Just . testValue) e) : acc) [] t
+            let fromRecords = [ k | (k, Nothing) <- listed ]
+            recordValues <- forM fromRecords $ \k -> tableFind t (hashOf k) k >>= valueAt t
             size <- tableSize t
             cap <- tableCapacity t
             found <- forM (Map.keys m ++ map C.pack ["", "a", "zz", "g1", "abca"]) $ \k -> do
               i <- tableFind t (hashOf k) k
-              v <- if i >= 0 then Just . testValue <$> tableValue t i else return Nothing
+              v <- if i >= 0 then valueAt t i else return Nothing
               return (v === Map.lookup k m)
-            return $ sortOn fst listed === Map.toList m .&&. size === Map.size m
+            let inEntries = [ (k, v) | (k, Just v) <- listed ]
+                asListed = sortOn fst (inEntries ++ [ (k, v) | (k, Just v) <- zip fromRecords recordValues ])
+            return $ asListed === Map.toList m .&&. size === Map.size m
+              .&&. counterexample "a record holds an even number" (all odd [ v | (_, Just v) <- zip fromRecords recordValues ])
+              .&&. counterexample "an entry holds an odd number" (all even (map snd inEntries))
               .&&. counterexample ("capacity " ++ show cap) (4 * size <= 3 * cap && (cap <= 8 || 8 * size >= cap `div` 2))
               .&&. conjoin found
       t <- newTable
@@ -182,7 +199,10 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
             m' <- step t m op
             p <- agrees t m'
             (p :) <$> steps m' rest
-      conjoin <$> steps Map.empty ops
+      agreed <- conjoin <$> steps Map.empty ops
+      tableClear t
+      live <- recordsLive
+      return (agreed .&&. counterexample "records left after the table was cleared" (live === (records0, bytes0)))
   prop "a stored key is its bytes, and only those" $
     \(Bytes a) (Bytes b) (NonNegative at) (x :: Word8) -> ioProperty $ do
       k <- storedKey a

@@ -23,6 +23,7 @@ import Kv.Deque (dequeToList)
 import Kv.Packed (packedKeys, packedToAscList)
 import Kv.Plan
 import Kv.Resp
+import Kv.Record (recordsLive)
 import Kv.Store
 import Kv.Sorted (zsetAsc)
 import Kv.Str (strLength)
@@ -121,7 +122,8 @@ functionCommand [] = Answer (RError "ERR wrong number of arguments for 'function
 -- blocked clients and the watches, in redis's "field:value" lines, with
 -- what clients and test harnesses read from it; and weft-kv's own
 -- runtime section, GHC's collector and weft's polls since the start
--- ('runtimeLines').
+-- ('runtimeLines'), and the strings kept off the heap (records: how many,
+-- and their bytes; Note [Strings off the heap] in "Kv.Record").
 -- weft-kv speaks redis 7.0's protocol; its memory is GHC's heap, not
 -- jemalloc's (so allocator-specific checks are left out).
 infoReply :: Store -> IO Reply
@@ -129,12 +131,14 @@ infoReply store = do
   blocked <- blockedClients (storeWaiters store)
   (watching, watched) <- watchCounts (storeWatches store)
   runtime <- runtimeLines
+  (records, recordBytes) <- recordsLive
   return $ RBulk $ B.concat [ line <> "\r\n" | line <-
     [ "# Server", "redis_version:7.0.15", "redis_mode:standalone", "server_name:weft-kv"
     , "arch_bits:64", "multiplexing_api:weft", "mem_allocator:ghc", ""
     , "# Clients", "blocked_clients:" <> C.pack (show blocked)
     , "watching_clients:" <> C.pack (show watching), "total_watched_keys:" <> C.pack (show watched), ""
-    , "# Runtime" ] ++ runtime ]
+    , "# Runtime" ] ++ runtime ++
+    [ "kv_records:" <> C.pack (show records), "kv_record_bytes:" <> C.pack (show recordBytes) ] ]
 
 -- | The collector's counts since the start, from GHC's statistics, which
 -- weft-kv's default RTS options enable (@-T@): collections (all and

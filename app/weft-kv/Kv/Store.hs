@@ -63,6 +63,7 @@ import Kv.Packed (Packed, packedFromAscList, packedKeys, packedToAscList)
 import Kv.Sorted (ZSet, zsetAsc, zsetFromAscList)
 import Kv.Table
 import Kv.Resp (Reply (..))
+import Kv.Record (isRecord, noRecord, recordFits, recordNew, recordOverwrite, recordValue, recordable)
 import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
 import Kv.Waiters
 import Kv.Watches
@@ -342,12 +343,14 @@ prefetchKey (Store tables mask _ _) h = tablePrefetch (indexArray tables (h .&. 
 lookAhead :: Store -> (w -> Int) -> [w] -> IO ()
 lookAhead (Store tables mask _ _) hashOf works = do
   each tablePrefetchCell
-  each (\t i -> () <$ tablePrefetchEntry t i)
+  each tablePrefetchEntry
   each $ \t i -> do
-    e <- tableValue t i
-    case e of
-      EString _ s _ -> prefetchStr s
-      EOther {} -> return ()
+    r <- tableRecord t i
+    if isRecord r then return () else do
+      e <- tableValue t i
+      case e of
+        EString _ s _ -> prefetchStr s
+        EOther {} -> return ()
   where
     -- Each pass finds the slots again (the hashes' lines are loaded by
     -- then) rather than keeping them in a list made per batch.
@@ -377,19 +380,24 @@ runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> Int -
 runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
   let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
-  if found < 0 then run t (-1) noKey Nothing Persistent 0 else do
-    stored <- tableValue t found
-    let k = entryKey stored
-        v = entryValue stored
-    case entryExpiry stored of
-      -- A key already past its deadline is gone, whatever its timer says.
-      e@(ExpiresAt deadline _)
-        | now >= deadline -> do
-            tableDelete t found
-            touchKey watches color key
-            run t (-1) noKey Nothing Persistent 0
-        | otherwise -> run t found k (Just v) e deadline
-      Persistent -> run t found k (Just v) Persistent 0
+  if found < 0 then run t (-1) noKey Nothing Persistent 0 False else do
+    r <- tableRecord t found
+    -- A record's value, a copy (Note [Strings off the heap] in
+    -- "Kv.Record"); its stored key is not needed: 'putEntry' makes one
+    -- should the key move to the heap.
+    if isRecord r then recordValue r >>= \s -> run t found noKey (Just (VString s)) Persistent 0 True else do
+      stored <- tableValue t found
+      let k = entryKey stored
+          v = entryValue stored
+      case entryExpiry stored of
+        -- A key already past its deadline is gone, whatever its timer says.
+        e@(ExpiresAt deadline _)
+          | now >= deadline -> do
+              tableDelete t found
+              touchKey watches color key
+              run t (-1) noKey Nothing Persistent 0 False
+          | otherwise -> run t found k (Just v) e deadline False
+        Persistent -> run t found k (Just v) Persistent 0 False
   where
     now = nowMono clocks
     !color = h .&. mask
@@ -398,16 +406,18 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
       VZSet _ -> wakeKey waiters color key
       _ -> return ()
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
-    -- none), its live value, expiry and deadline (0 if none).
-    run t i k live expiry deadlineOf = do
+    -- none or a record), its live value, expiry and deadline (0 if
+    -- none), and whether the value is a record's copy.
+    run t i k live expiry deadlineOf copied = do
       let !(Outcome update reply0) = op clocks deadlineOf live
-      -- Before the update, which may write the stored string's bytes.
-      reply <- replyOut reply0
+      -- Before the update, which may write the stored string's bytes. A
+      -- record's value is a copy already.
+      reply <- if copied then return reply0 else replyOut reply0
       case update of
         -- A string of the stored one's length is written over it (Note
-        -- [Stored strings] in "Kv.Str").
-        Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
-        Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
+        -- [Stored strings] in "Kv.Str"); a record's, by 'putEntry'.
+        Replace (VString new) | not copied, Just (VString old) <- live, strFits old new -> strOverwrite old new
+        Fresh (VString new) | not copied, Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
         Delete -> do
           cancel expiry
@@ -448,12 +458,23 @@ replyOut r = case r of
 {-# INLINE replyOut #-}
 
 -- | Store a value and expiry in the key's slot (whose stored key is
--- given), or under a new slot with a copy of the key if it has none (-1).
+-- given, or 'noKey' if the slot has a record), or under a new slot if it
+-- has none (-1). A small string without expiry goes in a record (Note
+-- [Strings off the heap] in "Kv.Record"), over the slot's record's
+-- value if it has one of that length; anything else in an entry, with a
+-- copy of the key if the slot has none.
 putEntry :: Table Entry -> Int -> Int -> Key -> ByteString -> Value -> Expiry -> IO ()
-putEntry t h i k key v e
-  | i >= 0 = tableSet t i (entry k v e)
-  | otherwise = storedKey key >>= \k' -> tableInsert t h (entry k' v e)
-{-# INLINE putEntry #-}
+putEntry t h i k key v e = case v of
+  VString s | Persistent <- e, recordable s ->
+    if i < 0 then recordNew key s >>= tableInsertRecord t h else do
+      r <- tableRecord t i
+      fits <- if isRecord r then recordFits r s else return False
+      if fits then recordOverwrite r s else recordNew key s >>= tableSetRecord t i
+  _ | i < 0 -> storedKey key >>= \k' -> tableInsert t h (entry k' v e)
+    | otherwise -> do
+        r <- tableRecord t i
+        k' <- if isRecord r then storedKey key else return k
+        tableSet t i (entry k' v e)
 
 -- | The stored key of a key that has no slot yet: never read.
 noKey :: Key
@@ -499,7 +520,9 @@ expireDue (Store tables mask _ watches) arm key armedFor = do
   let !h = keyHash key
       t = indexArray tables (h .&. mask)
   i <- tableFind t h key
-  when (i >= 0) $ do
+  -- A key with a record has no expiry.
+  r <- if i >= 0 then tableRecord t i else return noRecord
+  when (i >= 0 && not (isRecord r)) $ do
     old <- tableValue t i
     case entryExpiry old of
       ExpiresAt deadline _ | deadline == armedFor -> do
@@ -530,9 +553,10 @@ surveyColor (Store tables _ _ _) color clocks op = case op of
       Nothing -> RNil
   where
     t = indexArray tables color
-    live e = case entryExpiry e of
-      ExpiresAt deadline _ -> deadline > nowMono clocks
-      Persistent -> True
+    -- A key with a record ('Nothing') has no expiry.
+    live me = case entryExpiry <$> me of
+      Just (ExpiresAt deadline _) -> deadline > nowMono clocks
+      _ -> True
     seed = (fromIntegral (nowSeed clocks) + fromIntegral color * 0x9e3779b97f4a7c15) * 0x2545f4914f6cdd1d :: Word64
 
 -- | The reply of a read of every key, from the colors' parts. RANDOMKEY
@@ -596,6 +620,6 @@ flushColor (Store tables _ _ watches) color = do
   forM_ watched $ \k -> do
     i <- tableFind t (keyHash k) k
     when (i >= 0) (touchKey watches color k)
-  timers <- tableFold (\acc _ e -> entryExpiry e : acc) [] t
+  timers <- tableFold (\acc _ me -> maybe acc ((: acc) . entryExpiry) me) [] t
   mapM_ cancel timers
   tableClear t

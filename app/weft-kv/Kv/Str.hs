@@ -8,6 +8,7 @@ module Kv.Str
   , strLength
   , strByte
   , strBuild
+  , strFromPtr
   , writeStr
   , prefetchStr
   , strClone
@@ -31,7 +32,10 @@ import GHC.IO (IO (..), unsafeDupablePerformIO)
 -- Note [Stored strings]
 -- ~~~~~~~~~~~~~~~~~~~~~
 -- A string value lives as long as its key, usually far longer than the
--- request that set it, so it is kept as a byte array of its own, not as a
+-- request that set it. A small one under a key without an expiry is kept
+-- off the collected heap altogether, in its key's record (Note [Strings
+-- off the heap] in "Kv.Record"), and commands see a copy of it as a
+-- 'Str'. Every other string is kept as a byte array of its own, not as a
 -- 'ByteString': a 'ByteString' is a pinned array behind two more objects
 -- (the string and its pointer's contents), and pinned arrays share
 -- blocks, which stay allocated while any array in them lives. Under
@@ -119,6 +123,14 @@ strBuild n write = Str $ unsafeDupablePerformIO $ do
   write m
   unsafeFreezeByteArray m
 {-# INLINE strBuild #-}
+
+-- | A small string (below 'sharedBulkBytes') of the n bytes at the
+-- pointer, copied now.
+strFromPtr :: Ptr Word8 -> Int -> IO Str
+strFromPtr (Ptr addr) n@(I# n#) = do
+  MutableByteArray m <- newByteArray n
+  IO (\st -> (# copyAddrToByteArray# addr m 0# n# st, () #))
+  Str <$> unsafeFreezeByteArray (MutableByteArray m)
 
 -- | Write a stored string's bytes at the pointer; the pointer after them.
 writeStr :: Ptr Word8 -> Str -> IO (Ptr Word8)

@@ -1,6 +1,7 @@
 {-# LANGUAGE BangPatterns, MagicHash, ScopedTypeVariables, UnboxedTuples #-}
 -- | The keys of one color: a mutable hash table from key strings to
--- entries, owned by the color's events (Note [A color's table]). The
+-- entries on the heap or records off it, owned by the color's events
+-- (Note [A color's table], Note [Records in slots]). The
 -- test suite checks it against "Data.Map", hashes that collide included.
 module Kv.Table
   ( Table
@@ -9,8 +10,11 @@ module Kv.Table
   , tableSize
   , tableFind
   , tableValue
+  , tableRecord
   , tableSet
+  , tableSetRecord
   , tableInsert
+  , tableInsertRecord
   , tableDelete
   , tableFold
   , tableRandom
@@ -27,13 +31,15 @@ import Control.Monad.Primitive (RealWorld)
 import Data.Bits (unsafeShiftR, (.&.))
 import Data.ByteString (ByteString)
 import Data.IORef
-import Data.Word (Word64)
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr, nullPtr)
 import Data.Primitive.PrimArray
 import GHC.Exts (Int (..), MutableArrayArray#, (+#), (*#), newArrayArray#, newMutVar#, prefetchMutableByteArray0#, prefetchValue0#,
                  readMutVar#, readMutableArrayArrayArray#, unsafeCoerce#, writeMutVar#, writeMutableArrayArrayArray#)
 import GHC.IO (IO (..))
 
 import Kv.Key (Key, keyBytes, keyIs)
+import Kv.Record (Record, addrRecord, isRecord, prefetchRecord, recordAddr, recordFree, recordKeyBytes, recordKeyIs)
 
 -- Note [A color's table]
 -- ~~~~~~~~~~~~~~~~~~~~~~
@@ -44,9 +50,11 @@ import Kv.Key (Key, keyBytes, keyIs)
 -- is a table: an unboxed array of the keys' hashes, probed from the
 -- slot the hash picks, then, on a full hash match, the entry in the same
 -- slot's cell, which carries its key (Note [Slots in cells], Note [Keys
--- in entries] in "Kv.Key"). A lookup touches four lines wherever the key
+-- in entries] in "Kv.Key"), or the slot's record (Note [Records in
+-- slots]). A lookup of an entry touches four lines wherever the key
 -- is (hash, cell pointer, cell, entry; a key over 16 bytes adds its
--- bytes); a persistent trie touched two per level and rebuilt its path on
+-- bytes), one of a record three (hash, address, record); a persistent
+-- trie touched two per level and rebuilt its path on
 -- every write, which the collector then copied.
 --
 -- A key's bytes past the words its entry keeps (Note [Keys in entries]
@@ -73,8 +81,8 @@ import Kv.Key (Key, keyBytes, keyIs)
 -- ~~~~~~~~~~~~~~~~~~~~
 -- A read's commands are grouped by color on the connection's color, and
 -- run later on their keys' colors. The grouping knows each key's hash,
--- so it asks for the lines of hashes and of cells the key's lookup will
--- start at ('tablePrefetch'); by the time the key's color runs the
+-- so it asks for the lines of hashes, cells and record addresses the
+-- key's lookup will start at ('tablePrefetch'); by the time the key's color runs the
 -- command, the first two of the lookup's cache misses have been paid
 -- while the connection's color went on decoding and grouping. (The cell's
 -- contents cannot be asked for: where they are is in the line of cells.)
@@ -84,7 +92,7 @@ import Kv.Key (Key, keyBytes, keyIs)
 -- the one before it has come. A color's batch of commands (Note [Batches
 -- per color] in "Kv.Batch") walks those chains for all its keys at once,
 -- one link per pass, before it runs them ('lookAhead' in "Kv.Store"): the
--- slot whose hash matches ('tableHashSlot'), then its cell
+-- slot whose hash matches ('tableHashSlot'), then its cell or record
 -- ('tablePrefetchCell'), then its entry ('tablePrefetchEntry'). A batch
 -- of 16 lookups then waits for three rounds of loads rather than 48
 -- loads one after another. Each pass only asks for lines, and a slot
@@ -111,6 +119,19 @@ import Kv.Key (Key, keyBytes, keyIs)
 -- cell of an empty or deleted slot holds 'noEntry', which is never read:
 -- the slot's hash says it is vacant before its cell is looked at.
 
+-- Note [Records in slots]
+-- ~~~~~~~~~~~~~~~~~~~~~~~
+-- A slot's key and what it holds are either an entry on the heap, in the
+-- slot's cell, or a record off the heap (Note [Strings off the heap] in
+-- "Kv.Record"), whose address the slot keeps in an unboxed array: the
+-- collector neither copies a record nor scans the array. A slot with a
+-- record has 'noEntry' in its cell, and a slot with an entry a null
+-- address. The table owns its records: it frees a slot's record when the
+-- slot gets another record or an entry ('tableSetRecord', 'tableSet'),
+-- when the key goes ('tableDelete'), and when it is cleared
+-- ('tableClear'). A lookup reads the address before the cell, and its
+-- look ahead loads the record where it would load the entry.
+
 -- | A color's keys and their entries.
 newtype Table a = Table (IORef (Tab a))
 
@@ -119,6 +140,9 @@ data Tab a = Tab
   , tabHashes :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
   , tabCells  :: {-# UNPACK #-} !(Cells a)
     -- ^ one cell per slot (Note [Slots in cells])
+  , tabRecords :: {-# UNPACK #-} !(MutablePrimArray RealWorld (Ptr Word8))
+    -- ^ the record of each slot whose key has one, else null (Note
+    -- [Records in slots])
   , tabCounts :: {-# UNPACK #-} !(MutablePrimArray RealWorld Int)
     -- ^ 'liveCount' and 'usedCount'
   }
@@ -155,9 +179,11 @@ bareTab cap = do
   hashes <- newPrimArray cap
   setPrimArray hashes 0 cap 0
   cells <- newCells cap
+  records <- newPrimArray cap
+  setPrimArray records 0 cap nullPtr
   counts <- newPrimArray 2
   setPrimArray counts 0 2 0
-  return (Tab (cap - 1) hashes cells counts)
+  return (Tab (cap - 1) hashes cells records counts)
 
 -- | What the cell of a vacant slot holds (Note [Slots in cells]).
 noEntry :: a
@@ -188,8 +214,9 @@ homeSlot :: Int -> Int -> Int
 homeSlot mask h = fromIntegral ((fromIntegral h :: Word) `unsafeShiftR` 16) .&. mask
 {-# INLINE homeSlot #-}
 
--- | Start loading the lines of the table's hashes and cells where a
--- key's probe starts, for a lookup soon after (Note [Looking ahead]). A
+-- | Start loading the lines of the table's hashes, cells and records
+-- where a key's probe starts, for a lookup soon after (Note [Looking
+-- ahead], Note [Records in slots]). A
 -- hint only: it reads the table as another color may be changing it,
 -- and writes nothing.
 tablePrefetch :: Table a -> Int -> IO ()
@@ -197,6 +224,9 @@ tablePrefetch (Table ref) h0 = do
   t <- readIORef ref
   let !i = homeSlot (tabMask t) (storedHash h0)
   case tabHashes t of
+    MutablePrimArray m -> case i * 8 of
+      I# off -> IO (\s -> (# prefetchMutableByteArray0# m off s, () #))
+  case tabRecords t of
     MutablePrimArray m -> case i * 8 of
       I# off -> IO (\s -> (# prefetchMutableByteArray0# m off s, () #))
   prefetchCell (tabCells t) i
@@ -225,51 +255,106 @@ probe (Table ref) h0 check = do
   go (homeSlot mask h)
 {-# INLINE probe #-}
 
--- | Start loading the cell of a slot (Note [Looking ahead]).
+-- | Start loading the cell of a slot, or its record (Note [Looking
+-- ahead], Note [Records in slots]).
 tablePrefetchCell :: Table a -> Int -> IO ()
-tablePrefetchCell (Table ref) (I# i) = do
+tablePrefetchCell (Table ref) ix@(I# i) = do
   t <- readIORef ref
-  case tabCells t of
+  r <- slotRecord t ix
+  if isRecord r then prefetchRecord r else case tabCells t of
     -- The cell's contents are a word past its header, and a byte
     -- array's bytes two words past its own: so the cell's word is at
     -- offset -8 from where its bytes would be.
     Cells arr -> IO $ \s -> case readMutableArrayArrayArray# arr i s of
       (# s1, cell #) -> (# prefetchMutableByteArray0# (unsafeCoerce# cell) (-8#) s1, () #)
 
--- | Start loading the entry in a slot's cell; the entry, for a next
--- pass (Note [Looking ahead]).
-tablePrefetchEntry :: Table a -> Int -> IO a
-tablePrefetchEntry t i = do
-  e <- tableValue t i
-  IO (\s -> (# prefetchValue0# e s, e #))
+-- | Start loading the entry in a slot's cell (Note [Looking ahead]); a
+-- slot with a record has had its record loaded by 'tablePrefetchCell'.
+tablePrefetchEntry :: Table a -> Int -> IO ()
+tablePrefetchEntry (Table ref) i = do
+  t <- readIORef ref
+  r <- slotRecord t i
+  if isRecord r then return () else do
+    e <- readCell (tabCells t) i
+    IO (\s -> (# prefetchValue0# e s, () #))
 
 -- | The slot of a key, given its hash, or -1 if it is not in the table.
 tableFind :: Keyed a => Table a -> Int -> ByteString -> IO Int
 tableFind t h0 key = probe t h0 $ \tab i -> do
-  e <- readCell (tabCells tab) i
-  return (keyIs (entryKey e) key)
+  r <- slotRecord tab i
+  if isRecord r then recordKeyIs r key else do
+    e <- readCell (tabCells tab) i
+    return (keyIs (entryKey e) key)
 {-# INLINABLE tableFind #-}
 
--- | The entry in a slot 'tableFind' returned.
+-- | The entry in a slot 'tableFind' returned, which must have no record
+-- ('tableRecord').
 tableValue :: Table a -> Int -> IO a
 tableValue (Table ref) i = do
   t <- readIORef ref
   readCell (tabCells t) i
 {-# INLINE tableValue #-}
 
--- | Replace the entry in a slot 'tableFind' returned. The new entry must
--- carry the slot's key (the old entry's 'entryKey').
+-- | The record of a slot 'tableFind' returned, or 'noRecord' if its
+-- entry is on the heap (Note [Records in slots]). Valid until the
+-- slot's next write.
+tableRecord :: Table a -> Int -> IO Record
+tableRecord (Table ref) i = do
+  t <- readIORef ref
+  slotRecord t i
+{-# INLINE tableRecord #-}
+
+slotRecord :: Tab a -> Int -> IO Record
+slotRecord t i = addrRecord <$> readPrimArray (tabRecords t) i
+{-# INLINE slotRecord #-}
+
+-- | Free a slot's record, if it has one; has it.
+dropRecord :: Tab a -> Int -> IO Bool
+dropRecord t i = do
+  r <- slotRecord t i
+  if not (isRecord r) then return False else do
+    writePrimArray (tabRecords t) i nullPtr
+    True <$ recordFree r
+{-# INLINE dropRecord #-}
+
+-- | Replace the entry or record in a slot 'tableFind' returned with an
+-- entry, which must carry the slot's key (as 'storedKey' made it).
 tableSet :: Table a -> Int -> a -> IO ()
 tableSet (Table ref) i !v = do
   t <- readIORef ref
+  _ <- dropRecord t i
   writeCell (tabCells t) i v
 {-# INLINE tableSet #-}
+
+-- | Replace the entry or record in a slot 'tableFind' returned with a
+-- record of the slot's key; the table owns it from now on.
+tableSetRecord :: Table a -> Int -> Record -> IO ()
+tableSetRecord (Table ref) i r = do
+  t <- readIORef ref
+  had <- dropRecord t i
+  when (not had) (writeCell (tabCells t) i noEntry)
+  writePrimArray (tabRecords t) i (recordAddr r)
 
 -- | Add a key that is not in the table (the caller has just looked for
 -- it), given its hash, with its entry, which carries the key as
 -- 'storedKey' made it.
 tableInsert :: Table a -> Int -> a -> IO ()
-tableInsert (Table ref) h0 !v = do
+tableInsert table h0 !v = do
+  (t, i) <- insertSlot table h0
+  writeCell (tabCells t) i v
+
+-- | Add a key that is not in the table, given its hash, with its record;
+-- the table owns it from now on.
+tableInsertRecord :: Table a -> Int -> Record -> IO ()
+tableInsertRecord table h0 r = do
+  (t, i) <- insertSlot table h0
+  writePrimArray (tabRecords t) i (recordAddr r)
+
+-- | Take a slot for a new key, given its hash, growing the table if it
+-- must; the table and the slot, whose cell and record the caller
+-- writes.
+insertSlot :: Table a -> Int -> IO (Tab a, Int)
+insertSlot (Table ref) h0 = do
   t0 <- readIORef ref
   used <- readPrimArray (tabCounts t0) usedCount
   t <- if 4 * (used + 1) <= 3 * (tabMask t0 + 1) then return t0 else do
@@ -283,9 +368,10 @@ tableInsert (Table ref) h0 !v = do
   i <- freeSlot t h
   old <- readPrimArray (tabHashes t) i
   writePrimArray (tabHashes t) i h
-  writeCell (tabCells t) i v
   bump t liveCount 1
   when (old == 0) (bump t usedCount 1)
+  return (t, i)
+{-# INLINE insertSlot #-}
 
 -- | The first empty or deleted slot on a hash's probe.
 freeSlot :: Tab a -> Int -> IO Int
@@ -307,7 +393,8 @@ tableDelete (Table ref) i = do
   if next == 0
     then writePrimArray (tabHashes t) i 0 >> bump t usedCount (-1)
     else writePrimArray (tabHashes t) i 1
-  writeCell (tabCells t) i noEntry
+  had <- dropRecord t i
+  when (not had) (writeCell (tabCells t) i noEntry)
   bump t liveCount (-1)
   live <- readPrimArray (tabCounts t) liveCount
   let cap = mask + 1
@@ -333,6 +420,7 @@ rehash t cap = do
               j <- freeSlot t' h
               writePrimArray (tabHashes t') j h
               moveCell (tabCells t) i (tabCells t') j
+              writePrimArray (tabRecords t') j =<< readPrimArray (tabRecords t) i
               move (i + 1) (n + 1)
       fill :: Int -> IO ()
       fill !j = when (j < cap) $ do
@@ -345,9 +433,10 @@ rehash t cap = do
   writePrimArray (tabCounts t') usedCount n
   return t'
 
--- | A strict left fold over every key and its entry, in no particular
--- order. The keys are fresh strings.
-tableFold :: forall a b. Keyed a => (b -> ByteString -> a -> b) -> b -> Table a -> IO b
+-- | A strict left fold over every key and its entry ('Nothing' for a
+-- key with a record), in no particular order. The keys are fresh
+-- strings.
+tableFold :: forall a b. Keyed a => (b -> ByteString -> Maybe a -> b) -> b -> Table a -> IO b
 tableFold f z0 (Table ref) = do
   t <- readIORef ref
   let go :: Int -> b -> IO b
@@ -356,16 +445,18 @@ tableFold f z0 (Table ref) = do
         | otherwise = do
             h <- readPrimArray (tabHashes t) i
             if vacant h then go (i + 1) z else do
-              e <- readCell (tabCells t) i
-              go (i + 1) (f z (keyBytes (entryKey e)) e)
+              r <- slotRecord t i
+              if isRecord r then recordKeyBytes r >>= \k -> go (i + 1) (f z k Nothing) else do
+                e <- readCell (tabCells t) i
+                go (i + 1) (f z (keyBytes (entryKey e)) (Just e))
   go 0 z0
 
--- | A key picked at random among those whose entries pass the check, if
--- any: a few slots drawn at random (with many keys one of them holds
+-- | A key picked at random among those whose entries pass the check
+-- ('Nothing' for a key with a record), if any: a few slots drawn at random (with many keys one of them holds
 -- one), then a walk from a random slot through the whole table. Not
 -- uniform, as redis's own pick is not: a key after a run of vacant slots
 -- is found by the walk more often. The key is a fresh string.
-tableRandom :: forall a. Keyed a => Table a -> Word64 -> (a -> Bool) -> IO (Maybe ByteString)
+tableRandom :: forall a. Keyed a => Table a -> Word64 -> (Maybe a -> Bool) -> IO (Maybe ByteString)
 tableRandom (Table ref) seed wanted = do
   t <- readIORef ref
   let mask = tabMask t
@@ -375,8 +466,12 @@ tableRandom (Table ref) seed wanted = do
       at i = do
         h <- readPrimArray (tabHashes t) i
         if vacant h then return Nothing else do
-          e <- readCell (tabCells t) i
-          return (if wanted e then Just (keyBytes (entryKey e)) else Nothing)
+          r <- slotRecord t i
+          if isRecord r
+            then if wanted Nothing then Just <$> recordKeyBytes r else return Nothing
+            else do
+              e <- readCell (tabCells t) i
+              return (if wanted (Just e) then Just (keyBytes (entryKey e)) else Nothing)
       draw :: Int -> Word64 -> IO (Maybe ByteString)
       draw k r
         | k == 0 = walk (slotAt r) (mask + 1)
@@ -388,9 +483,17 @@ tableRandom (Table ref) seed wanted = do
       next r = r * 6364136223846793005 + 1442695040888963407
   draw (8 :: Int) (next seed)
 
--- | Remove every key.
+-- | Remove every key, freeing their records.
 tableClear :: Table a -> IO ()
-tableClear (Table ref) = newTab minCapacity >>= writeIORef ref
+tableClear (Table ref) = do
+  t <- readIORef ref
+  let go :: Int -> IO ()
+      go !i = when (i <= tabMask t) $ do
+        r <- slotRecord t i
+        when (isRecord r) (recordFree r)
+        go (i + 1)
+  go 0
+  newTab minCapacity >>= writeIORef ref
 
 ------------------------------------------------------------------------------
 -- Cells

@@ -1,0 +1,177 @@
+{-# LANGUAGE BangPatterns, MagicHash, UnboxedTuples #-}
+-- | A key and its small string value kept outside the collected heap
+-- (Note [Strings off the heap]).
+module Kv.Record
+  ( Record
+  , recordAddr
+  , addrRecord
+  , noRecord
+  , isRecord
+  , recordable
+  , recordNew
+  , recordKeyIs
+  , recordKeyBytes
+  , recordValue
+  , recordFits
+  , recordOverwrite
+  , recordFree
+  , prefetchRecord
+  , recordsLive
+  ) where
+
+import Data.ByteString (ByteString)
+import qualified Data.ByteString.Internal as BI
+import Data.Primitive.ByteArray (MutableByteArray (..), newByteArray, writeByteArray)
+import Data.Word (Word32, Word8)
+import Foreign.Marshal.Alloc (free, mallocBytes)
+import Foreign.Ptr (Ptr, nullPtr, plusPtr)
+import Foreign.Storable (peekByteOff, pokeByteOff)
+import GHC.Exts (Int (..), Ptr (..), RealWorld, fetchAddIntArray#, prefetchAddr0#)
+import GHC.ForeignPtr (unsafeWithForeignPtr)
+import GHC.IO (IO (..), unsafePerformIO)
+
+import Kv.Str (Str, sharedBulkBytes, strFromPtr, strLength, writeStr)
+
+-- Note [Strings off the heap]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- Most keys of a large store hold small strings that live as long as
+-- the store, and GHC's copying collector copies every live object at
+-- every major collection, and every new one once more when it leaves the
+-- nursery: a store that grows by SETs to new keys spent a fifth of its
+-- CPU copying their entries and values. So a key without an expiry
+-- whose value is a string below 'sharedBulkBytes' is kept as a record:
+-- one block from @malloc@ holding the key's and the value's lengths
+-- (4 bytes each), the key's bytes and the value's, which the collector
+-- never sees. A color's table holds the record's address in an unboxed
+-- array beside its hashes (Note [A color's table] in "Kv.Table"), and no
+-- heap object at all stands for the key.
+--
+-- A record belongs to its table's slot alone. Whoever reads it copies
+-- out what it needs ('recordValue', 'recordKeyBytes') before the
+-- event that reads it ends, since the next write to the key may write
+-- the value's bytes in place ('recordOverwrite', a value of the same
+-- length) or free the record (any other write, or the key's deletion).
+-- The table frees a slot's record when the slot changes to another
+-- record or to a heap entry, when the key is deleted, and when the table
+-- is cleared ('recordFree'). 'recordsLive' counts the records made and
+-- not yet freed, and their bytes: a store emptied by FLUSHALL has none.
+
+-- | A key and its string value off the heap, or 'noRecord'.
+newtype Record = Record (Ptr Word8)
+  deriving Eq
+
+-- | A record's address, as a table keeps it.
+recordAddr :: Record -> Ptr Word8
+recordAddr (Record p) = p
+{-# INLINE recordAddr #-}
+
+-- | The record at an address a table kept.
+addrRecord :: Ptr Word8 -> Record
+addrRecord = Record
+{-# INLINE addrRecord #-}
+
+-- | No record: the slot's entry is on the heap (or the slot is vacant).
+noRecord :: Record
+noRecord = Record nullPtr
+
+isRecord :: Record -> Bool
+isRecord (Record p) = p /= nullPtr
+{-# INLINE isRecord #-}
+
+-- | Can this string be a record's value? Below 'sharedBulkBytes': a
+-- larger one is pinned and sent from where it is (Note [Stored strings]
+-- in "Kv.Str").
+recordable :: Str -> Bool
+recordable s = strLength s < sharedBulkBytes
+{-# INLINE recordable #-}
+
+headerBytes :: Int
+headerBytes = 8
+
+keyLength, valueLength :: Ptr Word8 -> IO Int
+keyLength p = fromIntegral <$> (peekByteOff p 0 :: IO Word32)
+valueLength p = fromIntegral <$> (peekByteOff p 4 :: IO Word32)
+{-# INLINE keyLength #-}
+{-# INLINE valueLength #-}
+
+-- | A new record of a key and a small value ('recordable').
+recordNew :: ByteString -> Str -> IO Record
+recordNew key@(BI.PS fp off klen) v = do
+  let vlen = strLength v
+      size = headerBytes + klen + vlen
+  p <- mallocBytes size
+  pokeByteOff p 0 (fromIntegral klen :: Word32)
+  pokeByteOff p 4 (fromIntegral vlen :: Word32)
+  unsafeWithForeignPtr fp $ \k -> BI.memcpy (p `plusPtr` headerBytes) (k `plusPtr` off) klen
+  _ <- writeStr (p `plusPtr` (headerBytes + klen)) v
+  count 1 size
+  key `seq` return (Record p)
+
+-- | Is the record's key this string?
+recordKeyIs :: Record -> ByteString -> IO Bool
+recordKeyIs (Record p) (BI.PS fp off len) = do
+  klen <- keyLength p
+  if klen /= len then return False else
+    unsafeWithForeignPtr fp $ \k -> (== 0) <$> BI.memcmp (p `plusPtr` headerBytes) (k `plusPtr` off) len
+{-# INLINE recordKeyIs #-}
+
+-- | A copy of the record's key.
+recordKeyBytes :: Record -> IO ByteString
+recordKeyBytes (Record p) = do
+  klen <- keyLength p
+  BI.create klen (\d -> BI.memcpy d (p `plusPtr` headerBytes) klen)
+
+-- | A copy of the record's value.
+recordValue :: Record -> IO Str
+recordValue (Record p) = do
+  klen <- keyLength p
+  vlen <- valueLength p
+  strFromPtr (p `plusPtr` (headerBytes + klen)) vlen
+
+-- | Can the string be written over the record's value? Of one length.
+recordFits :: Record -> Str -> IO Bool
+recordFits (Record p) v = (== strLength v) <$> valueLength p
+{-# INLINE recordFits #-}
+
+-- | Write the string over the record's value ('recordFits').
+recordOverwrite :: Record -> Str -> IO ()
+recordOverwrite (Record p) v = do
+  klen <- keyLength p
+  () <$ writeStr (p `plusPtr` (headerBytes + klen)) v
+
+-- | Give the record's memory back. Nothing may read it after.
+recordFree :: Record -> IO ()
+recordFree (Record p) = do
+  klen <- keyLength p
+  vlen <- valueLength p
+  free p
+  count (-1) (negate (headerBytes + klen + vlen))
+
+-- | Start loading the record's first bytes (its lengths, and a short
+-- key's and value's bytes).
+prefetchRecord :: Record -> IO ()
+prefetchRecord (Record (Ptr a)) = IO (\s -> (# prefetchAddr0# a 0# s, () #))
+{-# INLINE prefetchRecord #-}
+
+-- | The records made and not yet freed, over every table, and their
+-- bytes (headers included, @malloc@'s own overhead not).
+recordsLive :: IO (Int, Int)
+recordsLive = (,) <$> counter 0 <*> counter 1
+  where counter i = fetchAdd i 0
+
+-- The counts: records, and bytes. Atomic, as tables on several cores
+-- make and free records.
+counts :: MutableByteArray RealWorld
+counts = unsafePerformIO $ do
+  m <- newByteArray 16
+  writeByteArray m 0 (0 :: Int)
+  writeByteArray m 1 (0 :: Int)
+  return m
+{-# NOINLINE counts #-}
+
+count :: Int -> Int -> IO ()
+count n bytes = () <$ fetchAdd 0 n <* fetchAdd 1 bytes
+
+fetchAdd :: Int -> Int -> IO Int
+fetchAdd (I# i) (I# d) = case counts of
+  MutableByteArray m -> IO (\s -> case fetchAddIntArray# m i d s of (# s1, old #) -> (# s1, I# old #))
