@@ -22,7 +22,7 @@ module Kv.Record
 import Data.ByteString (ByteString)
 import qualified Data.ByteString.Internal as BI
 import Data.Primitive.ByteArray (MutableByteArray (..), newByteArray, writeByteArray)
-import Data.Word (Word32, Word8)
+import Data.Word (Word32, Word64, Word8)
 import Foreign.Marshal.Alloc (free, mallocBytes)
 import Foreign.Ptr (Ptr, nullPtr, plusPtr)
 import Foreign.Storable (peekByteOff, pokeByteOff)
@@ -112,8 +112,31 @@ recordKeyIs :: Record -> ByteString -> IO Bool
 recordKeyIs (Record p) (BI.PS fp off len) = do
   klen <- keyLength p
   if klen /= len then return False else
-    unsafeWithForeignPtr fp $ \k -> (== 0) <$> BI.memcmp (p `plusPtr` headerBytes) (k `plusPtr` off) len
+    unsafeWithForeignPtr fp $ \k -> sameBytes (p `plusPtr` headerBytes) (k `plusPtr` off) len
 {-# INLINE recordKeyIs #-}
+
+-- | Are the n bytes at the two addresses the same? Word by word, the
+-- last word overlapping the one before it: most keys are a few words,
+-- compared here without a call out to C.
+sameBytes :: Ptr Word8 -> Ptr Word8 -> Int -> IO Bool
+sameBytes a b n
+  | n < 8 = bytesFrom 0
+  | otherwise = wordsFrom 0
+  where
+    word :: Ptr Word8 -> Int -> IO Word64
+    word = peekByteOff
+    wordsFrom !i
+      | i + 8 >= n = (==) <$> word a (n - 8) <*> word b (n - 8)
+      | otherwise = do
+          x <- word a i
+          y <- word b i
+          if x == y then wordsFrom (i + 8) else return False
+    bytesFrom !i
+      | i >= n = return True
+      | otherwise = do
+          x <- peekByteOff a i :: IO Word8
+          y <- peekByteOff b i
+          if x == y then bytesFrom (i + 1) else return False
 
 -- | A copy of the record's key.
 recordKeyBytes :: Record -> IO ByteString

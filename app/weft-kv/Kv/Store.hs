@@ -60,7 +60,7 @@ import Kv.Packed (Packed, packedFromAscList, packedKeys, packedToAscList)
 import Kv.Sorted (ZSet, zsetAsc, zsetFromAscList)
 import Kv.Table
 import Kv.Resp (Reply (..))
-import Kv.Record (isRecord, noRecord, recordFits, recordNew, recordOverwrite, recordValue, recordable)
+import Kv.Record (Record, isRecord, noRecord, recordFits, recordNew, recordOverwrite, recordValue, recordable)
 import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
 import Kv.Waiters
 import Kv.Watches
@@ -322,12 +322,12 @@ runKeyOp :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Now -> Int -
 runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
   let t = indexArray tables (h .&. mask)
   found <- tableFind t h key
-  if found < 0 then run t (-1) noKey Nothing Persistent 0 False else do
+  if found < 0 then run t (-1) noKey Nothing Persistent 0 noRecord else do
     r <- tableRecord t found
     -- A record's value, a copy (Note [Strings off the heap] in
     -- "Kv.Record"); its stored key is not needed: 'putEntry' makes one
     -- should the key move to the heap.
-    if isRecord r then recordValue r >>= \s -> run t found noKey (Just (VString s)) Persistent 0 True else do
+    if isRecord r then recordValue r >>= \s -> run t found noKey (Just (VString s)) Persistent 0 r else do
       stored <- tableValue t found
       let k = entryKey stored
           v = entryValue stored
@@ -337,9 +337,9 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
           | now >= deadline -> do
               tableDelete t found
               touchKey watches color key
-              run t (-1) noKey Nothing Persistent 0 False
-          | otherwise -> run t found k (Just v) e deadline False
-        Persistent -> run t found k (Just v) Persistent 0 False
+              run t (-1) noKey Nothing Persistent 0 noRecord
+          | otherwise -> run t found k (Just v) e deadline noRecord
+        Persistent -> run t found k (Just v) Persistent 0 noRecord
   where
     now = nowMono clocks
     !color = h .&. mask
@@ -349,31 +349,34 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
       _ -> return ()
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
     -- none or a record), its live value, expiry and deadline (0 if
-    -- none), and whether the value is a record's copy.
-    run t i k live expiry deadlineOf copied = do
+    -- none), and its record ('noRecord' if none).
+    run t i k live expiry deadlineOf r = do
       let !(Outcome update reply0) = op clocks deadlineOf live
       -- Before the update, which may write the stored string's bytes. A
       -- record's value is a copy already.
-      reply <- if copied then return reply0 else replyOut reply0
+      reply <- if isRecord r then return reply0 else replyOut reply0
       case update of
         -- A string of the stored one's length is written over it (Note
-        -- [Stored strings] in "Kv.Str"); a record's, by 'putEntry'.
-        Replace (VString new) | not copied, Just (VString old) <- live, strFits old new -> strOverwrite old new
-        Fresh (VString new) | not copied, Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
+        -- [Stored strings] in "Kv.Str"), a record's likewise; another
+        -- small string replaces the record.
+        Replace (VString new) | isRecord r, recordable new -> putRecord t i r key new
+        Fresh (VString new) | isRecord r, recordable new -> putRecord t i r key new
+        Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
+        Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
         Delete -> do
           cancel expiry
           when (i >= 0) (tableDelete t i)
-        Replace v -> putEntry t h i k key v expiry
+        Replace v -> putEntry t h i r k key v expiry
         Fresh v -> do
           cancel expiry
-          putEntry t h i k key v Persistent
+          putEntry t h i r k key v Persistent
         FreshUntil v deadline -> do
           cancel expiry
-          expireLater t arm now h i k key v deadline
+          expireLater t arm now h i r k key v deadline
         ExpireAt deadline -> forM_ live $ \v -> do
           cancel expiry
-          expireLater t arm now h i k key v deadline
+          expireLater t arm now h i r k key v deadline
       -- A change sets the flags of the clients that watch the key (Note
       -- [Transactions] in "Kv.Transaction"); so an operation that leaves
       -- its key as it was answers 'Keep', as redis then signals nothing.
@@ -399,24 +402,28 @@ replyOut r = case r of
   _ -> return r
 {-# INLINE replyOut #-}
 
--- | Store a value and expiry in the key's slot (whose stored key is
--- given, or 'noKey' if the slot has a record), or under a new slot if it
--- has none (-1). A small string without expiry goes in a record (Note
--- [Strings off the heap] in "Kv.Record"), over the slot's record's
--- value if it has one of that length; anything else in an entry, with a
--- copy of the key if the slot has none.
-putEntry :: Table Entry -> Int -> Int -> Key -> ByteString -> Value -> Expiry -> IO ()
-putEntry t h i k key v e = case v of
+-- | Store a value and expiry in the key's slot (whose stored key and
+-- record are given: 'noKey' and a record, or a key and 'noRecord'), or
+-- under a new slot if it has none (-1). A small string without expiry
+-- goes in a record (Note [Strings off the heap] in "Kv.Record");
+-- anything else in an entry, with a copy of the key if the slot has
+-- none.
+putEntry :: Table Entry -> Int -> Int -> Record -> Key -> ByteString -> Value -> Expiry -> IO ()
+putEntry t h i r k key v e = case v of
   VString s | Persistent <- e, recordable s ->
-    if i < 0 then recordNew key s >>= tableInsertRecord t h else do
-      r <- tableRecord t i
-      fits <- if isRecord r then recordFits r s else return False
-      if fits then recordOverwrite r s else recordNew key s >>= tableSetRecord t i
+    if i < 0 then recordNew key s >>= tableInsertRecord t h else putRecord t i r key s
   _ | i < 0 -> storedKey key >>= \k' -> tableInsert t h (entry k' v e)
     | otherwise -> do
-        r <- tableRecord t i
         k' <- if isRecord r then storedKey key else return k
         tableSet t i (entry k' v e)
+
+-- | Store a small string ('recordable') in the key's slot, whose record
+-- is given ('noRecord' if its value is an entry): over the record's
+-- value if it is of that length, else in a new record.
+putRecord :: Table Entry -> Int -> Record -> ByteString -> Str -> IO ()
+putRecord t i r key s = do
+  fits <- if isRecord r then recordFits r s else return False
+  if fits then recordOverwrite r s else recordNew key s >>= tableSetRecord t i
 
 -- | The stored key of a key that has no slot yet: never read.
 noKey :: Key
@@ -427,12 +434,12 @@ noKey = errorWithoutStackTrace "weft-kv: the stored key of a key without a slot 
 -- the key if the deadline has passed. Top level, so that 'runKeyOp' does
 -- not allocate it as a closure for every operation.
 expireLater :: Table Entry -> (ByteString -> Int -> Int -> IO TimeoutKey) -> Int -> Int -> Int
-            -> Key -> ByteString -> Value -> Int -> IO ()
-expireLater t arm now h i k key v deadline
+            -> Record -> Key -> ByteString -> Value -> Int -> IO ()
+expireLater t arm now h i r k key v deadline
   | deadline <= now = when (i >= 0) (tableDelete t i)
   | otherwise = do
       timer <- arm key deadline (timerDelay now deadline)
-      putEntry t h i k key v (ExpiresAt deadline timer)
+      putEntry t h i r k key v (ExpiresAt deadline timer)
 {-# NOINLINE expireLater #-}
 
 cancel :: Expiry -> IO ()
