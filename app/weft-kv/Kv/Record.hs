@@ -24,6 +24,7 @@ import qualified Data.ByteString.Internal as BI
 import Data.Primitive.ByteArray (MutableByteArray (..), newByteArray, writeByteArray)
 import Data.Word (Word32, Word64, Word8)
 import Foreign.Marshal.Alloc (free, mallocBytes)
+import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (Ptr, nullPtr, plusPtr)
 import Foreign.Storable (peekByteOff, pokeByteOff)
 import GHC.Exts (Int (..), Ptr (..), RealWorld, fetchAddIntArray#, prefetchAddr0#)
@@ -102,7 +103,7 @@ recordNew key@(BI.PS fp off klen) v = do
   p <- mallocBytes size
   pokeByteOff p 0 (fromIntegral klen :: Word32)
   pokeByteOff p 4 (fromIntegral vlen :: Word32)
-  unsafeWithForeignPtr fp $ \k -> BI.memcpy (p `plusPtr` headerBytes) (k `plusPtr` off) klen
+  unsafeWithForeignPtr fp $ \k -> copyBytes (p `plusPtr` headerBytes) (k `plusPtr` off) klen
   _ <- writeStr (p `plusPtr` (headerBytes + klen)) v
   count 1 size
   key `seq` return (Record p)
@@ -142,7 +143,7 @@ sameBytes a b n
 recordKeyBytes :: Record -> IO ByteString
 recordKeyBytes (Record p) = do
   klen <- keyLength p
-  BI.create klen (\d -> BI.memcpy d (p `plusPtr` headerBytes) klen)
+  BI.create klen (\d -> copyBytes d (p `plusPtr` headerBytes) klen)
 
 -- | A copy of the record's value.
 recordValue :: Record -> IO Str
