@@ -34,8 +34,9 @@ import Data.IORef
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (Ptr, nullPtr)
 import Data.Primitive.PrimArray
-import GHC.Exts (Int (..), MutableArrayArray#, (+#), (*#), newArrayArray#, newMutVar#, prefetchMutableByteArray0#, prefetchValue0#,
-                 readMutVar#, readMutableArrayArrayArray#, unsafeCoerce#, writeMutVar#, writeMutableArrayArrayArray#)
+import GHC.Exts (Int (..), MutVar#, MutableArrayArray#, (+#), (*#), (>=#), isTrue#, newArrayArray#, newMutVar#,
+                 prefetchMutableByteArray0#, prefetchValue0#, readMutVar#, readMutableArrayArrayArray#, sameMutVar#,
+                 unsafeCoerce#, writeMutVar#, writeMutableArrayArrayArray#)
 import GHC.IO (IO (..))
 
 import Kv.Key (Key, keyBytes, keyIs)
@@ -106,18 +107,27 @@ import Kv.Record (Record, addrRecord, isRecord, prefetchRecord, recordAddr, reco
 -- array's card of 128 slots, and the next minor collection looks at
 -- every slot of every marked card: with a million keys and writes to a
 -- different card each time, a large part of the store per collection
--- (scanning cards was a third of SET's CPU with random keys). So each
--- slot has a cell of its own (a 'MutVar#', made when the table is, Note
--- [Cells unboxed]), which holds the slot's entry, and every write
--- replaces a cell's contents: the collector then looks at the cells
--- written since it last ran, one pointer each. The cell array itself is
--- written only when the table is rebuilt, and then it is new.
+-- (scanning cards was a third of SET's CPU with random keys). So a slot
+-- whose key holds an entry has a cell of its own (a 'MutVar#', Note
+-- [Cells unboxed]), which holds the entry, and every write replaces a
+-- cell's contents: the collector then looks at the cells written since
+-- it last ran, one pointer each.
+--
+-- Every other slot (empty, or with a record: Note [Records in slots])
+-- holds the table's one vacant cell, never written: a store of strings
+-- in records makes no cells, where a cell made for every slot of every
+-- table that doubled was most of what the collector copied. A slot gets
+-- a cell of its own when an entry first goes in it ('placeCell'), which
+-- writes the array (one card, for the next minor collection); it keeps
+-- that cell, holding 'noEntry', when its entry goes, until the table is
+-- rebuilt. A rebuilt table moves the cells of the keys with entries.
 --
 -- A cell holds the entry itself, and the entry carries its key ('Keyed'):
 -- a write then makes one object for the table (the entry), not a pair of
 -- key and entry around it, and a lookup follows one pointer fewer. The
--- cell of an empty or deleted slot holds 'noEntry', which is never read:
--- the slot's hash says it is vacant before its cell is looked at.
+-- cells of slots without an entry hold 'noEntry', which is never read:
+-- the slot's hash says it is vacant, or its record that it has one,
+-- before its cell is looked at.
 
 -- Note [Records in slots]
 -- ~~~~~~~~~~~~~~~~~~~~~~~
@@ -125,8 +135,8 @@ import Kv.Record (Record, addrRecord, isRecord, prefetchRecord, recordAddr, reco
 -- slot's cell, or a record off the heap (Note [Strings off the heap] in
 -- "Kv.Record"), whose address the slot keeps in an unboxed array: the
 -- collector neither copies a record nor scans the array. A slot with a
--- record has 'noEntry' in its cell, and a slot with an entry a null
--- address. The table owns its records: it frees a slot's record when the
+-- record has the vacant cell or 'noEntry' in its own (Note [Slots in
+-- cells]), and a slot with an entry a null address. The table owns its records: it frees a slot's record when the
 -- slot gets another record or an entry ('tableSetRecord', 'tableSet'),
 -- when the key goes ('tableDelete'), and when it is cleared
 -- ('tableClear'). A lookup reads the address before the cell, and its
@@ -165,17 +175,10 @@ minCapacity = 8
 newTable :: IO (Table a)
 newTable = newTab minCapacity >>= fmap Table . newIORef
 
--- | An empty table of the given capacity, every cell new.
+-- | An empty table of the given capacity, every slot with the vacant
+-- cell.
 newTab :: Int -> IO (Tab a)
 newTab cap = do
-  t <- bareTab cap
-  let fill :: Int -> IO ()
-      fill !i = when (i < cap) $ newCell (tabCells t) i >> fill (i + 1)
-  t <$ fill 0
-
--- | A table of the given capacity without cells (a rebuild fills them).
-bareTab :: Int -> IO (Tab a)
-bareTab cap = do
   hashes <- newPrimArray cap
   setPrimArray hashes 0 cap 0
   cells <- newCells cap
@@ -265,7 +268,7 @@ tablePrefetchCell (Table ref) ix@(I# i) = do
     -- The cell's contents are a word past its header, and a byte
     -- array's bytes two words past its own: so the cell's word is at
     -- offset -8 from where its bytes would be.
-    Cells arr -> IO $ \s -> case readMutableArrayArrayArray# arr i s of
+    Cells arr _ -> IO $ \s -> case readMutableArrayArrayArray# arr i s of
       (# s1, cell #) -> (# prefetchMutableByteArray0# (unsafeCoerce# cell) (-8#) s1, () #)
 
 -- | Start loading the entry in a slot's cell (Note [Looking ahead]); a
@@ -322,8 +325,8 @@ dropRecord t i = do
 tableSet :: Table a -> Int -> a -> IO ()
 tableSet (Table ref) i !v = do
   t <- readIORef ref
-  _ <- dropRecord t i
-  writeCell (tabCells t) i v
+  had <- dropRecord t i
+  if had then placeCell (tabCells t) i v else writeCell (tabCells t) i v
 {-# INLINE tableSet #-}
 
 -- | Replace the entry or record in a slot 'tableFind' returned with a
@@ -341,7 +344,7 @@ tableSetRecord (Table ref) i r = do
 tableInsert :: Table a -> Int -> a -> IO ()
 tableInsert table h0 !v = do
   (t, i) <- insertSlot table h0
-  writeCell (tabCells t) i v
+  placeCell (tabCells t) i v
 
 -- | Add a key that is not in the table, given its hash, with its record;
 -- the table owns it from now on.
@@ -406,11 +409,11 @@ bump t which d = readPrimArray (tabCounts t) which >>= writePrimArray (tabCounts
 {-# INLINE bump #-}
 
 -- | The table's keys and entries in a new table of the given capacity,
--- without tombstones. The cells of the keys move; the other slots get
--- new ones.
+-- without tombstones. The cells of the keys with entries move; the other
+-- slots get the vacant cell.
 rehash :: Tab a -> Int -> IO (Tab a)
 rehash t cap = do
-  t' <- bareTab cap
+  t' <- newTab cap
   let move :: Int -> Int -> IO Int
       move !i !n
         | i > tabMask t = return n
@@ -419,16 +422,12 @@ rehash t cap = do
             if vacant h then move (i + 1) n else do
               j <- freeSlot t' h
               writePrimArray (tabHashes t') j h
-              moveCell (tabCells t) i (tabCells t') j
-              writePrimArray (tabRecords t') j =<< readPrimArray (tabRecords t) i
+              r <- slotRecord t i
+              if isRecord r
+                then writePrimArray (tabRecords t') j (recordAddr r)
+                else moveCell (tabCells t) i (tabCells t') j
               move (i + 1) (n + 1)
-      fill :: Int -> IO ()
-      fill !j = when (j < cap) $ do
-        h <- readPrimArray (tabHashes t') j
-        when (h == 0) (newCell (tabCells t') j)
-        fill (j + 1)
   n <- move 0 0
-  fill 0
   writePrimArray (tabCounts t') liveCount n
   writePrimArray (tabCounts t') usedCount n
   return t'
@@ -508,34 +507,41 @@ tableClear (Table ref) = do
 -- treats each element as a pointer to a heap object whatever its type,
 -- and a 'MutVar#' goes in and comes out by 'unsafeCoerce#' between
 -- unlifted types of the same representation. Only the functions below
--- touch the array, and every element they read was written as a cell:
--- 'newCells' leaves elements unset, and a table fills every one
--- ('newTab', 'rehash') before it is used.
+-- touch the array, and every element they read was written as a cell.
 
--- | A table's cells, one per slot.
-data Cells a = Cells (MutableArrayArray# RealWorld)
+-- | A table's cells, one per slot, and the vacant cell.
+data Cells a = Cells (MutableArrayArray# RealWorld) (MutVar# RealWorld a)
 
--- | An array of n cells, none of them set yet.
+-- | An array of n cells, each the vacant cell.
 newCells :: Int -> IO (Cells a)
 newCells (I# n) = IO $ \s -> case newArrayArray# n s of
-  (# s1, arr #) -> (# s1, Cells arr #)
-
--- | A new cell at i, holding 'noEntry'.
-newCell :: Cells a -> Int -> IO ()
-newCell (Cells arr) (I# i) = IO $ \s -> case newMutVar# noEntry s of
-  (# s1, cell #) -> (# writeMutableArrayArrayArray# arr i (unsafeCoerce# cell) s1, () #)
+  (# s1, arr #) -> case newMutVar# noEntry s1 of
+    (# s2, vacantCell #) ->
+      let fill i st
+            | isTrue# (i >=# n) = st
+            | otherwise = fill (i +# 1#) (writeMutableArrayArrayArray# arr i (unsafeCoerce# vacantCell) st)
+      in (# fill 0# s2, Cells arr vacantCell #)
 
 -- | What the cell at i holds.
 readCell :: Cells a -> Int -> IO a
-readCell (Cells arr) (I# i) = IO $ \s -> case readMutableArrayArrayArray# arr i s of
+readCell (Cells arr _) (I# i) = IO $ \s -> case readMutableArrayArrayArray# arr i s of
   (# s1, cell #) -> readMutVar# (unsafeCoerce# cell) s1
 {-# INLINE readCell #-}
 
--- | Put an entry in the cell at i.
+-- | Put an entry in the cell at i, which must be a slot's own.
 writeCell :: Cells a -> Int -> a -> IO ()
-writeCell (Cells arr) (I# i) v = IO $ \s -> case readMutableArrayArrayArray# arr i s of
+writeCell (Cells arr _) (I# i) v = IO $ \s -> case readMutableArrayArrayArray# arr i s of
   (# s1, cell #) -> (# writeMutVar# (unsafeCoerce# cell) v s1, () #)
 {-# INLINE writeCell #-}
+
+-- | Put an entry in the cell at i, first giving the slot a cell of its
+-- own if it has the vacant one (Note [Slots in cells]).
+placeCell :: Cells a -> Int -> a -> IO ()
+placeCell (Cells arr vacantCell) (I# i) v = IO $ \s -> case readMutableArrayArrayArray# arr i s of
+  (# s1, cell #)
+    | isTrue# (sameMutVar# (unsafeCoerce# cell) vacantCell) -> case newMutVar# v s1 of
+        (# s2, own #) -> (# writeMutableArrayArrayArray# arr i (unsafeCoerce# own) s2, () #)
+    | otherwise -> (# writeMutVar# (unsafeCoerce# cell) v s1, () #)
 
 -- | Start loading the line of the array that holds the cell at i. The
 -- prefetch primitive takes a byte array and an offset from its bytes:
@@ -544,10 +550,10 @@ writeCell (Cells arr) (I# i) v = IO $ \s -> case readMutableArrayArrayArray# arr
 -- 8 + 8 i from where a byte array's bytes would start. A hint only: a
 -- wrong address loads a useless line.
 prefetchCell :: Cells a -> Int -> IO ()
-prefetchCell (Cells arr) (I# i) = IO $ \s ->
+prefetchCell (Cells arr _) (I# i) = IO $ \s ->
   (# prefetchMutableByteArray0# (unsafeCoerce# arr) (8# +# 8# *# i) s, () #)
 
 -- | The cell at i of one array becomes the cell at j of another.
 moveCell :: Cells a -> Int -> Cells a -> Int -> IO ()
-moveCell (Cells from) (I# i) (Cells to) (I# j) = IO $ \s -> case readMutableArrayArrayArray# from i s of
+moveCell (Cells from _) (I# i) (Cells to _) (I# j) = IO $ \s -> case readMutableArrayArrayArray# from i s of
   (# s1, cell #) -> (# writeMutableArrayArrayArray# to j cell s1, () #)
