@@ -20,6 +20,7 @@ module Kv.Record
   ) where
 
 import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Data.Primitive.ByteArray (MutableByteArray (..), newByteArray, writeByteArray)
 import Data.Word (Word32, Word64, Word8)
@@ -38,18 +39,19 @@ import Kv.Str (Str, sharedBulkBytes, strFromPtr, strLength, writeStr)
 -- Most keys of a large store hold small strings that live as long as
 -- the store, and GHC's copying collector copies every live object at
 -- every major collection, and every new one once more when it leaves the
--- nursery: a store that grows by SETs to new keys spent a fifth of its
--- CPU copying their entries and values. So a key without an expiry
--- whose value is a string below 'sharedBulkBytes' is kept as a record:
+-- nursery: a store that grows by SETs to new keys spends its collector's
+-- time copying their entries and values. So a key without an expiry
+-- whose value is a string below 'sharedBulkBytes' is kept as a record
+-- ('recordable'):
 -- one block from @malloc@ holding the key's and the value's lengths
 -- (4 bytes each), the key's bytes and the value's, which the collector
 -- never sees. A color's table holds the record's address in an unboxed
--- array beside its hashes (Note [A color's table] in "Kv.Table"), and no
+-- array beside its hashes (Note [Records in slots] in "Kv.Table"), and no
 -- heap object at all stands for the key.
 --
 -- A record belongs to its table's slot alone. Whoever reads it copies
--- out what it needs ('recordValue', 'recordKeyBytes') before the
--- event that reads it ends, since the next write to the key may write
+-- out what it needs at once ('recordValue', 'recordKeyBytes', in IO),
+-- since the next write to the key may write
 -- the value's bytes in place ('recordOverwrite', a value of the same
 -- length) or free the record (any other write, or the key's deletion).
 -- The table frees a slot's record when the slot changes to another
@@ -79,11 +81,12 @@ isRecord :: Record -> Bool
 isRecord (Record p) = p /= nullPtr
 {-# INLINE isRecord #-}
 
--- | Can this string be a record's value? Below 'sharedBulkBytes': a
--- larger one is pinned and sent from where it is (Note [Stored strings]
--- in "Kv.Str").
-recordable :: Str -> Bool
-recordable s = strLength s < sharedBulkBytes
+-- | Can this key and string be a record? A string below
+-- 'sharedBulkBytes' (a larger one is pinned and sent from where it is:
+-- Note [Stored strings] in "Kv.Str"), under a key whose length the
+-- record's 4 bytes hold.
+recordable :: ByteString -> Str -> Bool
+recordable key s = strLength s < sharedBulkBytes && B.length key <= fromIntegral (maxBound :: Word32)
 {-# INLINE recordable #-}
 
 headerBytes :: Int
@@ -97,7 +100,7 @@ valueLength p = fromIntegral <$> (peekByteOff p 4 :: IO Word32)
 
 -- | A new record of a key and a small value ('recordable').
 recordNew :: ByteString -> Str -> IO Record
-recordNew key@(BI.PS fp off klen) v = do
+recordNew (BI.PS fp off klen) v = do
   let vlen = strLength v
       size = headerBytes + klen + vlen
   p <- mallocBytes size
@@ -106,7 +109,7 @@ recordNew key@(BI.PS fp off klen) v = do
   unsafeWithForeignPtr fp $ \k -> copyBytes (p `plusPtr` headerBytes) (k `plusPtr` off) klen
   _ <- writeStr (p `plusPtr` (headerBytes + klen)) v
   count 1 size
-  key `seq` return (Record p)
+  return (Record p)
 
 -- | Is the record's key this string?
 recordKeyIs :: Record -> ByteString -> IO Bool

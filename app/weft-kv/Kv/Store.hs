@@ -279,8 +279,8 @@ prefetchKey (Store tables mask _ _) h = tablePrefetch (indexArray tables (h .&. 
 
 -- | Load what the lookups of a color's batch will touch, given its work
 -- and each item's key hash (0 for none), one link of every lookup's chain
--- per pass (Note [Looking ahead] in "Kv.Table"): cells, entries, then
--- strings' bytes. A hash that repeats the one before it (a pipeline on
+-- per pass (Note [Looking ahead] in "Kv.Table"): cells or records,
+-- entries, then strings' bytes. A hash that repeats the one before it (a pipeline on
 -- one key) is passed over. On the color of every key given.
 lookAhead :: Store -> (w -> Int) -> [w] -> IO ()
 lookAhead (Store tables mask _ _) hashOf works = do
@@ -359,8 +359,8 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
         -- A string of the stored one's length is written over it (Note
         -- [Stored strings] in "Kv.Str"), a record's likewise; another
         -- small string replaces the record.
-        Replace (VString new) | isRecord r, recordable new -> putRecord t i r key new
-        Fresh (VString new) | isRecord r, recordable new -> putRecord t i r key new
+        Replace (VString new) | isRecord r, recordable key new -> putRecord t i r key new
+        Fresh (VString new) | isRecord r, recordable key new -> putRecord t i r key new
         Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
         Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
@@ -410,7 +410,7 @@ replyOut r = case r of
 -- none.
 putEntry :: Table Entry -> Int -> Int -> Record -> Key -> ByteString -> Value -> Expiry -> IO ()
 putEntry t h i r k key v e = case v of
-  VString s | Persistent <- e, recordable s ->
+  VString s | Persistent <- e, recordable key s ->
     if i < 0 then recordNew key s >>= tableInsertRecord t h else putRecord t i r key s
   _ | i < 0 -> storedKey key >>= \k' -> tableInsert t h (entry k' v e)
     | otherwise -> do
