@@ -116,14 +116,14 @@ recordKeyIs :: Record -> ByteString -> IO Bool
 recordKeyIs (Record p) (BI.PS fp off len) = do
   klen <- keyLength p
   if klen /= len then return False else
-    unsafeWithForeignPtr fp $ \k -> sameBytes (p `plusPtr` headerBytes) (k `plusPtr` off) len
+    unsafeWithForeignPtr fp $ \k -> sameAt (p `plusPtr` headerBytes) (k `plusPtr` off) len
 {-# INLINE recordKeyIs #-}
 
 -- | Are the n bytes at the two addresses the same? Word by word, the
 -- last word overlapping the one before it: most keys are a few words,
 -- compared here without a call out to C.
-sameBytes :: Ptr Word8 -> Ptr Word8 -> Int -> IO Bool
-sameBytes a b n
+sameAt :: Ptr Word8 -> Ptr Word8 -> Int -> IO Bool
+sameAt a b n
   | n < 8 = bytesFrom 0
   | otherwise = wordsFrom 0
   where

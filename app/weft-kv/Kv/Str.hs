@@ -87,12 +87,17 @@ unpinnedCopy = bytesCopy newByteArray
 
 -- | A copy of a string's bytes in an array the given function makes.
 bytesCopy :: (Int -> IO (MutableByteArray RealWorld)) -> ByteString -> IO ByteArray
-bytesCopy new (BI.PS fp off n@(I# n#)) = do
-  MutableByteArray m <- new n
-  unsafeWithForeignPtr fp $ \p -> case p `plusPtr` off of
-    Ptr addr -> IO (\st -> (# copyAddrToByteArray# addr m 0# n# st, () #))
-  unsafeFreezeByteArray (MutableByteArray m)
+bytesCopy new (BI.PS fp off n) = unsafeWithForeignPtr fp $ \p -> arrayFrom new (p `plusPtr` off) n
 {-# INLINE bytesCopy #-}
+
+-- | A copy of the n bytes at the pointer in an array the given function
+-- makes.
+arrayFrom :: (Int -> IO (MutableByteArray RealWorld)) -> Ptr Word8 -> Int -> IO ByteArray
+arrayFrom new (Ptr addr) n@(I# n#) = do
+  MutableByteArray m <- new n
+  IO (\st -> (# copyAddrToByteArray# addr m 0# n# st, () #))
+  unsafeFreezeByteArray (MutableByteArray m)
+{-# INLINE arrayFrom #-}
 
 -- | A stored string's bytes as a 'ByteString': a pinned one's own bytes,
 -- a small one's copied.
@@ -127,10 +132,7 @@ strBuild n write = Str $ unsafeDupablePerformIO $ do
 -- | A small string (below 'sharedBulkBytes') of the n bytes at the
 -- pointer, copied now.
 strFromPtr :: Ptr Word8 -> Int -> IO Str
-strFromPtr (Ptr addr) n@(I# n#) = do
-  MutableByteArray m <- newByteArray n
-  IO (\st -> (# copyAddrToByteArray# addr m 0# n# st, () #))
-  Str <$> unsafeFreezeByteArray (MutableByteArray m)
+strFromPtr p n = Str <$> arrayFrom newByteArray p n
 
 -- | Write a stored string's bytes at the pointer; the pointer after them.
 writeStr :: Ptr Word8 -> Str -> IO (Ptr Word8)
