@@ -25,6 +25,7 @@ import qualified Test.Lifecycle
 import qualified Test.Http
 import qualified Test.Kv
 import qualified Test.KvMulti
+import qualified Test.KvMembers
 import qualified Test.KvPacked
 import qualified Test.Mixing
 import qualified Test.Net
@@ -54,6 +55,7 @@ main = do
     Test.Http.spec
     Test.Kv.spec
     Test.KvMulti.spec
+    Test.KvMembers.spec
     Test.KvPacked.spec
     Test.ColorQueues.spec
     Test.Color.spec

@@ -20,7 +20,7 @@ import GHC.Stats (RTSStats (..), getRTSStats, getRTSStatsEnabled)
 import Weft.Event (ManagerStats (..), getManagerStats, systemManagers)
 
 import Kv.Deque (dequeToList)
-import Kv.Packed (packedKeys, packedToAscList)
+import Kv.Members (membersFold)
 import Kv.Plan
 import Kv.Resp
 import Kv.Record (recordsLive)
@@ -190,12 +190,12 @@ memoryCommand (sub : k : opts)
       ["SAMPLES", _] -> usage
       _ -> Answer syntaxError
   where
-    usage = OnKey k (\_ _ v -> Outcome Keep (maybe RNil (RInt . (+ (B.length k + perItem)) . valueBytes) v))
-    valueBytes (VString s) = strLength s
-    valueBytes (VList xs) = sum [ B.length x + perItem | x <- dequeToList xs ]
-    valueBytes (VSet xs) = sum [ B.length x + perItem | x <- packedKeys xs ]
-    valueBytes (VHash h) = sum [ B.length f + B.length x + 2 * perItem | (f, x) <- packedToAscList h ]
-    valueBytes (VZSet z) = sum [ B.length x + 3 * perItem | (_, x) <- zsetAsc z ]
+    usage = OnKey k (\_ _ v -> maybe (Outcome Keep RNil) (\x -> InPlace (Outcome Keep . RInt . (+ (B.length k + perItem)) <$> valueBytes x)) v)
+    valueBytes (VString s) = return (strLength s)
+    valueBytes (VList xs) = return (sum [ B.length x + perItem | x <- dequeToList xs ])
+    valueBytes (VSet xs) = membersFold (\n x _ -> n + B.length x + perItem) 0 xs
+    valueBytes (VHash h) = membersFold (\n f x -> n + B.length f + B.length x + 2 * perItem) 0 h
+    valueBytes (VZSet z) = return (sum [ B.length x + 3 * perItem | (_, x) <- zsetAsc z ])
     perItem = 16
 memoryCommand (sub : _) = Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try MEMORY HELP."))
 memoryCommand [] = Answer (RError "ERR wrong number of arguments for 'memory' command")

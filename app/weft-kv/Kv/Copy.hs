@@ -59,14 +59,17 @@ renameCommand nx src dst
       _ -> Answer syntaxError
     takeOp _ deadline v = case v of
       Nothing -> Outcome Keep noSuchKey
-      Just x -> Outcome Delete (valuePart deadline x)
+      Just x -> InPlace (Outcome Delete <$> valuePart deadline x)
 
--- | Write a carried value and its expiry deadline (0: none) to a key: 1;
--- or, unless @replace@, leave a key that exists as it is: 0.
-putOp :: Bool -> Int -> Value -> KeyOp
-putOp replace deadline x _ _ v = case v of
+-- | Write a carried value (made by the action, 'partValue') and its
+-- expiry deadline (0: none) to a key: 1; or, unless @replace@, leave a
+-- key that exists as it is: 0.
+putOp :: Bool -> Int -> IO Value -> KeyOp
+putOp replace deadline make _ _ v = case v of
   Just _ | not replace -> Outcome Keep (RInt 0)
-  _ -> Outcome (if deadline == 0 then Fresh x else FreshUntil x deadline) (RInt 1)
+  _ -> InPlace $ do
+    x <- make
+    return (Outcome (if deadline == 0 then Fresh x else FreshUntil x deadline) (RInt 1))
 
 -- | COPY source destination [DB db] [REPLACE]: 1 if the source's value
 -- and expiry were copied, 0 if the source is missing or the destination
@@ -84,5 +87,5 @@ copyCommand (src : dst : opts) = options opts False
       | otherwise = Steps [(src, readOp)] $ \parts -> case parts of
           [part] | Just (deadline, v) <- partValue part -> OnKey dst (putOp replace deadline v)
           _ -> Answer (RInt 0)
-    readOp _ deadline v = Outcome Keep (maybe RNil (valuePart deadline) v)
+    readOp _ deadline v = maybe (Outcome Keep RNil) (InPlace . fmap (Outcome Keep) . valuePart deadline) v
 copyCommand _ = Answer syntaxError

@@ -1,4 +1,4 @@
-{-# LANGUAGE OverloadedStrings #-}
+{-# LANGUAGE BangPatterns, OverloadedStrings #-}
 -- The command table's plans match the argument lists their arity admits;
 -- "Kv.Plan" checks the arity before a plan runs, so those patterns are
 -- complete in use though not in type.
@@ -10,7 +10,7 @@ module Kv.Hashes
 
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import Kv.Packed
+import Kv.Members
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
@@ -27,10 +27,10 @@ hashCommands =
   , ("HMSET", (AtLeast 3, hmsetCommand))
   , ("HSETNX", (Exactly 3, \[k, f, x] -> OnKey k (hsetnxOp f x)))
   , ("HMGET", (AtLeast 2, \(k : fs) -> OnKey k (hmgetOp fs)))
-  , ("HEXISTS", (Exactly 2, \[k, f] -> OnKey k (hashRead (\h -> RInt (if packedMember f h then 1 else 0)) (RInt 0))))
-  , ("HSTRLEN", (Exactly 2, \[k, f] -> OnKey k (hashRead (\h -> RInt (maybe 0 B.length (packedLookup f h))) (RInt 0))))
-  , ("HKEYS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map RBulk . packedKeys) (RArray []))))
-  , ("HVALS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray . map (RBulk . snd) . packedToAscList) (RArray []))))
+  , ("HEXISTS", (Exactly 2, \[k, f] -> OnKey k (hashRead (RInt 0) (\h -> (\b -> RInt (if b then 1 else 0)) <$> membersHas h f))))
+  , ("HSTRLEN", (Exactly 2, \[k, f] -> OnKey k (hashRead (RInt 0) (\h -> RInt . maybe 0 B.length <$> membersLookup h f))))
+  , ("HKEYS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray []) (fmap (RArray . map (RBulk . fst)) . membersAscList))))
+  , ("HVALS", (Exactly 1, \[k] -> OnKey k (hashRead (RArray []) (fmap (RArray . map (RBulk . snd)) . membersAscList))))
   , ("HINCRBY", (Exactly 3, \[k, f, n] -> withInt n (OnKey k . hincrbyOp f)))
   , ("HINCRBYFLOAT", (Exactly 3, \[k, f, n] -> hincrbyfloatCommand k (B.copy f) (B.copy n)))
   , ("HRANDFIELD", (AtLeast 1, \(k : rest) -> randomArgs (Just "WITHVALUES") rest (\c valued -> OnKey k (hrandfieldOp c valued))))
@@ -46,99 +46,95 @@ hsetCommand (k : fvs)
     pairs _ = []
 hsetCommand [] = Answer syntaxError
 
--- | HSET and HMSET, given the fields and values as slices of the request
--- (the hash copies them in).
-hsetOp :: [(ByteString, ByteString)] -> KeyOp
-hsetOp fvs _ _ v = case v of
-  Nothing -> set packedEmpty
-  Just (VHash h) -> set h
+-- | A hash's operation in place (Note [Values changed in place] in
+-- "Kv.Store"): on the hash's fields, or for no key on a new hash's if
+-- @create@ (else the outcome is @missing@); WRONGTYPE for another type.
+onHash :: Bool -> Outcome -> (Members -> IO Outcome) -> Maybe Value -> Outcome
+onHash create missing act v = case v of
+  Nothing | create -> InPlace (act emptyMembers)
+          | otherwise -> missing
+  Just (VHash h) -> InPlace (act h)
   Just _ -> Outcome Keep wrongType
+
+-- | A read of a hash: the reply from its fields, @missing@ for no key,
+-- WRONGTYPE for another type.
+hashRead :: Reply -> (Members -> IO Reply) -> KeyOp
+hashRead missing answer _ _ = onHash False (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+
+-- | HSET and HMSET, given the fields and values as slices of the request
+-- (the hash copies them in): how many fields are new.
+hsetOp :: [(ByteString, ByteString)] -> KeyOp
+hsetOp fvs _ _ = onHash True (Outcome Keep wrongType) (go 0 fvs)
   where
-    set h = let h' = foldl (\m (f, x) -> packedInsert f x m) h fvs
-            in Outcome (Replace (VHash h')) (RInt (packedSize h' - packedSize h))
+    go :: Int -> [(ByteString, ByteString)] -> Members -> IO Outcome
+    go !added ((f, x) : rest) h = membersPut h f x >>= \(h', new) -> go (if new then added + 1 else added) rest h'
+    go added [] h = return (Outcome (Replace (VHash h)) (RInt added))
 
 hgetOp :: ByteString -> KeyOp
-hgetOp f _ _ v = Outcome Keep $ case v of
-  Nothing -> RNil
-  Just (VHash h) -> maybe RNil RBulk (packedLookup f h)
-  Just _ -> wrongType
+hgetOp f = hashRead RNil (fmap (maybe RNil RBulk) . (`membersLookup` f))
 
 -- | HDEL: how many of the fields were there; an emptied hash goes.
 hdelOp :: [ByteString] -> KeyOp
-hdelOp = removeFrom (\x -> case x of VHash h -> Just h; _ -> Nothing) VHash packedDelete packedSize
+hdelOp = removeMembers (\x -> case x of VHash h -> Just h; _ -> Nothing) VHash
 
 -- | HGETALL: fields and values, alternating, in no order a client may
 -- rely on (as SMEMBERS).
 hgetallOp :: KeyOp
-hgetallOp _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray []
-  Just (VHash h) -> RArray (concat [ [RBulk f, RBulk x] | (f, x) <- packedToAscList h ])
-  Just _ -> wrongType
+hgetallOp = hashRead (RArray []) (fmap (RArray . concatMap (\(f, x) -> [RBulk f, RBulk x])) . membersAscList)
 
 -- | HMSET: HSET under its old name, answering OK.
 hmsetCommand :: [ByteString] -> Plan
 hmsetCommand (k : fvs)
   | odd (length fvs) = Answer (RError "ERR wrong number of arguments for 'hmset' command")
   | otherwise = case hsetCommand (k : fvs) of
-      OnKey key op -> OnKey key (\now c v -> case op now c v of
-        Outcome u (RInt _) -> Outcome u (RSimple "OK")
-        other -> other)
+      OnKey key op -> OnKey key (\now c v -> okFor (op now c v))
       other -> other
+  where
+    okFor (Outcome u (RInt _)) = Outcome u (RSimple "OK")
+    okFor (InPlace act) = InPlace (okFor <$> act)
+    okFor other = other
 hmsetCommand [] = Answer syntaxError
 
 -- | HSETNX: set a field only if the hash does not have it.
 hsetnxOp :: ByteString -> ByteString -> KeyOp
-hsetnxOp f x _ _ v = case v of
-  Nothing -> Outcome (Replace (VHash (packedInsert f x packedEmpty))) (RInt 1)
-  Just (VHash h)
-    | packedMember f h -> Outcome Keep (RInt 0)
-    | otherwise -> Outcome (Replace (VHash (packedInsert f x h))) (RInt 1)
-  Just _ -> Outcome Keep wrongType
+hsetnxOp f x _ _ = onHash True (Outcome Keep wrongType) $ \h0 -> do
+  (h, added) <- membersAdd h0 f x
+  return (if added then Outcome (Replace (VHash h)) (RInt 1) else Outcome Keep (RInt 0))
 
 -- | HMGET: each field's value, nil for a field (or hash) that is not there.
 hmgetOp :: [ByteString] -> KeyOp
-hmgetOp fs _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray (map (const RNil) fs)
-  Just (VHash h) -> RArray [ maybe RNil RBulk (packedLookup f h) | f <- fs ]
-  Just _ -> wrongType
-
--- | A read of a hash: @onHash@ of it, @missing@ for no key, WRONGTYPE for
--- another type.
-hashRead :: (Packed -> Reply) -> Reply -> KeyOp
-hashRead onHash missing _ _ v = Outcome Keep $ case v of
-  Nothing -> missing
-  Just (VHash h) -> onHash h
-  Just _ -> wrongType
+hmgetOp fs = hashRead (RArray (map (const RNil) fs)) $ \h ->
+  RArray <$> mapM (fmap (maybe RNil RBulk) . membersLookup h) fs
 
 -- | HINCRBY: add to a field's integer (0 if missing), with redis's checks.
+-- A new hash whose increment fails is not kept.
 hincrbyOp :: ByteString -> Int -> KeyOp
-hincrbyOp f d _ _ v = case v of
-  Nothing -> bump packedEmpty
-  Just (VHash h) -> bump h
-  Just _ -> Outcome Keep wrongType
-  where
-    bump h = case maybe (Just 0) readInteger (packedLookup f h) of
-      Nothing -> Outcome Keep (RError "ERR hash value is not an integer")
-      Just n
-        | (d > 0 && n > maxBound - d) || (d < 0 && n < minBound - d) ->
-            Outcome Keep (RError "ERR increment or decrement would overflow")
-        | otherwise -> let n' = n + d in
-            Outcome (Replace (VHash (packedInsert f (showInt n') h))) (RInt n')
+hincrbyOp f d _ _ = onHash True (Outcome Keep wrongType) $ \h -> do
+  old <- membersLookup h f
+  case maybe (Just 0) readInteger old of
+    Nothing -> return (Outcome Keep (RError "ERR hash value is not an integer"))
+    Just n
+      | (d > 0 && n > maxBound - d) || (d < 0 && n < minBound - d) ->
+          return (Outcome Keep (RError "ERR increment or decrement would overflow"))
+      | otherwise -> do
+          let n' = n + d
+          (h', _) <- membersPut h f (showInt n')
+          return (Outcome (Replace (VHash h')) (RInt n'))
 
 hlenOp :: KeyOp
-hlenOp = sizeOp (\x -> case x of VHash h -> Just (packedSize h); _ -> Nothing)
+hlenOp = sizeOp (\x -> case x of VHash h -> Just (membersSize h); _ -> Nothing)
 
 -- | HRANDFIELD key [count [WITHVALUES]]: a random field (nil without the
 -- hash); with a count, up to that many distinct fields, or, for a
 -- negative count, that many with repeats; with their values if asked.
 hrandfieldOp :: Maybe Int -> Bool -> KeyOp
-hrandfieldOp count valued now _ v = Outcome Keep $ case v of
-  Nothing -> if count == Nothing then RNil else RArray []
-  Just (VHash h) -> case count of
-    Nothing -> maybe RNil (RBulk . fst) (randomItem now h)
-    Just c -> RArray (concat [ if valued then [RBulk f, RBulk x] else [RBulk f]
-                             | (f, x) <- randomItems now c h (packedToAscList h) ])
-  Just _ -> wrongType
+hrandfieldOp count valued now = hashRead (if count == Nothing then RNil else RArray []) pick now
+  where
+    pick h = case count of
+      Nothing -> maybe RNil (RBulk . fst) <$> membersRandom h (randomFrom (clockSeed now))
+      Just c -> do
+        picked <- membersRandomItems now c h
+        return (RArray (concat [ if valued then [RBulk f, RBulk x] else [RBulk f] | (f, x) <- picked ]))
 
 -- | HINCRBYFLOAT key field increment, in C's long double and with redis's
 -- checks in redis's order: the increment (a float, finite), then the key's
@@ -147,12 +143,9 @@ hincrbyfloatCommand :: ByteString -> ByteString -> ByteString -> Plan
 hincrbyfloatCommand k f incr = case finiteLongDouble incr of
   Nothing -> Answer (RError "ERR value is not a valid float")
   Just False -> Answer (RError "ERR value is NaN or Infinity")
-  Just True -> OnKey k $ \_ _ v -> case v of
-    Nothing -> add packedEmpty
-    Just (VHash h) -> add h
-    Just _ -> Outcome Keep wrongType
-  where
-    add h = case addLongDouble (packedLookup f h) incr of
-      Sum r -> Outcome (Replace (VHash (packedInsert f r h))) (RBulk r)
-      BadStart -> Outcome Keep (RError "ERR hash value is not a float")
-      _ -> Outcome Keep (RError "ERR increment would produce NaN or Infinity")
+  Just True -> OnKey k $ \_ _ -> onHash True (Outcome Keep wrongType) $ \h -> do
+    old <- membersLookup h f
+    case addLongDouble old incr of
+      Sum r -> (\(h', _) -> Outcome (Replace (VHash h')) (RBulk r)) <$> membersPut h f r
+      BadStart -> return (Outcome Keep (RError "ERR hash value is not a float"))
+      _ -> return (Outcome Keep (RError "ERR increment would produce NaN or Infinity"))

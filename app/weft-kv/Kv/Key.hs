@@ -6,6 +6,7 @@ module Kv.Key
   , keyIs
   , keyBytes
   , keyHash
+  , bytesHash
   ) where
 
 import Data.Bits (complement, shiftL, shiftR, xor, (.&.), (.|.))

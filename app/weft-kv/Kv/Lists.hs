@@ -210,7 +210,7 @@ linsertOp after pivot x _ _ v = case v of
   Just _ -> Outcome Keep wrongType
 
 llenOp :: KeyOp
-llenOp = sizeOp (\x -> case x of VList l -> Just (dequeLength l); _ -> Nothing)
+llenOp = sizeOp (\x -> case x of VList l -> Just (pure (dequeLength l)); _ -> Nothing)
 
 -- | The list's elements before index i, then x, then the given rest (LSET
 -- passes the elements after i, LINSERT those from i on).

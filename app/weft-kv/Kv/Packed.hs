@@ -1,8 +1,9 @@
 {-# LANGUAGE BangPatterns #-}
--- | A hash's, set's or sorted set's contents as weft-kv keeps them: a
--- persistent map from strings to strings, in byte order, whose bulk the
--- garbage collector does not walk (Note [Packed maps]). Pure; the test
--- suite checks every operation against "Data.Map".
+-- | A sorted set's contents as weft-kv keeps them (two of these: Note
+-- [Sorted sets packed] in "Kv.Sorted"): a persistent map from strings to
+-- strings, in byte order, whose bulk the garbage collector does not walk
+-- (Note [Packed maps]). Pure; the test suite checks every operation
+-- against "Data.Map".
 module Kv.Packed
   ( Packed
   , packedEmpty
@@ -11,9 +12,7 @@ module Kv.Packed
   , packedLookup
   , packedFind
   , Slice (..)
-  , packedMember
   , packedInsert
-  , packedAdd
   , packedDelete
   , packedIndex
   , packedAt
@@ -22,7 +21,6 @@ module Kv.Packed
   , packedToDescList
   , packedAscFrom
   , packedDescFrom
-  , packedKeys
   , packedFromAscList
   , packedLeafSizes
   , packedBalanced
@@ -43,16 +41,16 @@ import Kv.Str (unpinnedCopy)
 
 -- Note [Packed maps]
 -- ~~~~~~~~~~~~~~~~~~
--- A hash, set or sorted set that grows with the workload (HSET, SADD or
--- ZADD of new members onto one key) would, as a "Data.Map" of strings,
--- be several heap objects per member: a tree node, and for each string
--- its constructor and its buffer. Every major collection copies them all,
--- a cost that grows with the members.
+-- A sorted set that grows with the workload (ZADD of new members onto one
+-- key) would, as a "Data.Map" of strings, be several heap objects per
+-- member: a tree node, and for each string its constructor and its
+-- buffer. Every major collection copies them all, a cost that grows with
+-- the members. (A hash's or set's members, which need no order, are a
+-- mutable table instead: Note [Members in tables] in "Kv.Members".)
 -- So members live in leaves: one unpinned byte array holding up to
 -- 'leafMaxItems' members and their values back to back, in byte order of
 -- the members, and an unboxed array of where each member and value ends.
 -- The collector copies a leaf as two flat arrays and never looks inside.
--- A set's members carry empty values.
 --
 -- The leaves hang in a weight-balanced tree (balanced by its leaves, as
 -- "Data.Map" balances by its keys), each node knowing how many leaves and
@@ -398,11 +396,6 @@ packedFind k0 (Packed t0) = withProbe k0 (\k -> go k t0)
     notTip Tip = False
     notTip _ = True
 
-packedMember :: ByteString -> Packed -> Bool
-packedMember k p = case packedFind k p of
-  Just _ -> True
-  Nothing -> False
-
 -- | Give a member a value (replacing its old one). The bytes are copied
 -- in: the strings may be slices of a request.
 packedInsert :: ByteString -> ByteString -> Packed -> Packed
@@ -411,16 +404,6 @@ packedInsert k v p@(Packed t) = maybe p Packed (withProbe k (\pk -> atMember pk 
   where
     put pk x = case search pk x of
       i | i >= 0 -> One (leafSetValue i v x)
-        | otherwise -> settle (leafInsert (-1 - i) k v x)
-
--- | The map with a new member and its value, or 'Nothing' if the member
--- is there already (SADD, HSETNX): one walk down instead of two.
-packedAdd :: ByteString -> ByteString -> Packed -> Maybe Packed
-packedAdd k v (Packed Tip) = Just (Packed (node (leafFromList [(k, v)]) Tip Tip))
-packedAdd k v (Packed t) = Packed <$> withProbe k (\pk -> atMember pk (put pk) t)
-  where
-    put pk x = case search pk x of
-      i | i >= 0 -> Same
         | otherwise -> settle (leafInsert (-1 - i) k v x)
 
 -- | The map without the member.
@@ -502,16 +485,6 @@ packedDescFrom i0 (Packed t0) = go i0 t0 []
     leafDesc x i rest
       | i < 0 = rest
       | otherwise = itemOf x i : leafDesc x (i - 1) rest
-
--- | Members, lowest first.
-packedKeys :: Packed -> [ByteString]
-packedKeys (Packed t0) = go t0 []
-  where
-    go Tip rest = rest
-    go (Bin _ _ x l r) rest = go l (leafKeys x 0 (go r rest))
-    leafKeys x i rest
-      | i >= leafItems x = rest
-      | otherwise = memberOf x i : leafKeys x (i + 1) rest
 
 -- | The map of members in strictly ascending order, with their values.
 packedFromAscList :: [(ByteString, ByteString)] -> Packed

@@ -24,6 +24,7 @@ module Kv.Plan
     -- * Collections
   , sizeOp
   , removeFrom
+  , removeMembers
   , answering
   , Combine (..)
     -- * Random choices
@@ -34,14 +35,17 @@ module Kv.Plan
   , randomArgs
   , randomItem
   , randomItems
+  , membersRandomItems
   ) where
 
+import Control.Monad (foldM)
 import Data.Bits (shiftR, xor)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Word (Word64)
 
-import Kv.Packed (Packed, packedAt, packedDeleteAt, packedSize)
+import Kv.Members (Members, membersPacked, membersRemove, membersSize)
+import Kv.Packed (Packed, packedAt, packedDeleteAt, packedSize, packedToAscList)
 import Kv.Resp
 import Kv.Store
 import Kv.Text (readDouble)
@@ -183,10 +187,12 @@ withTimeout t k = case readDouble t of
 
 -- | LLEN, SCARD, HLEN, ZCARD: the collection's size (given by @size@ for
 -- the right type), 0 for a missing key, WRONGTYPE for another type.
-sizeOp :: (Value -> Maybe Int) -> KeyOp
-sizeOp size _ _ v = Outcome Keep $ case v of
-  Nothing -> RInt 0
-  Just value -> maybe wrongType RInt (size value)
+sizeOp :: (Value -> Maybe (IO Int)) -> KeyOp
+sizeOp size _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just value -> case size value of
+    Nothing -> Outcome Keep wrongType
+    Just n -> InPlace (Outcome Keep . RInt <$> n)
 
 -- | Remove items from a collection: how many were there. A key whose
 -- collection empties goes, as in redis; one of another type is WRONGTYPE.
@@ -202,13 +208,31 @@ removeFrom view wrap remove size items _ _ v = case v of
                          | otherwise = Replace (wrap c')
               in Outcome update (RInt removed)
 
+-- | HDEL and SREM: remove members from a hash's or set's table (@view@
+-- picks it out of the right type), in place: how many were there. A key
+-- whose table empties goes; one of another type is WRONGTYPE.
+removeMembers :: (Value -> Maybe Members) -> (Members -> Value) -> [ByteString] -> KeyOp
+removeMembers view wrap items _ _ v = case v of
+  Nothing -> Outcome Keep (RInt 0)
+  Just value -> case view value of
+    Nothing -> Outcome Keep wrongType
+    Just m0 -> InPlace $ do
+      (m, removed) <- foldM (\(m, n) x -> fmap (\was -> n + fromEnum was) <$> membersRemove m x) (m0, 0) items
+      left <- membersSize m
+      let update | removed == 0 = Keep
+                 | left == 0 = Delete
+                 | otherwise = Replace (wrap m)
+      return (Outcome update (RInt removed))
+
 -- | The operation with another reply where it succeeds (an error, such
 -- as WRONGTYPE, stands): SMOVE and LMOVE add with SADD's and LPUSH's
 -- operations but answer otherwise.
 answering :: Reply -> KeyOp -> KeyOp
-answering r op now c v = case op now c v of
-  Outcome u e@(RError _) -> Outcome u e
-  Outcome u _ -> Outcome u r
+answering r op now c v = instead (op now c v)
+  where
+    instead (Outcome u e@(RError _)) = Outcome u e
+    instead (Outcome u _) = Outcome u r
+    instead (InPlace act) = InPlace (instead <$> act)
 
 -- | How a command over several sets or sorted sets combines their
 -- members.
@@ -279,3 +303,12 @@ randomItems now c s whole
   where
     rs = randoms (clockSeed now)
     at r = packedAt (fromIntegral (r `mod` fromIntegral (packedSize s))) s
+
+-- | A hash's or set's members chosen at random for a count, as
+-- 'randomItems' chooses them, in byte order where all are taken. Picks
+-- by rank, in a packed map: once the members are a table, a count's pick
+-- costs a walk over it (a single pick does not: 'Kv.Members.membersRandom').
+membersRandomItems :: Now -> Int -> Members -> IO [(ByteString, ByteString)]
+membersRandomItems now c m = do
+  p <- membersPacked m
+  return (randomItems now c p (packedToAscList p))

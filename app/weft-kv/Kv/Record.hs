@@ -9,11 +9,14 @@ module Kv.Record
   , isRecord
   , recordable
   , recordNew
+  , recordNewBytes
   , recordKeyIs
   , recordKeyBytes
   , recordValue
+  , recordValueBytes
   , recordFits
   , recordOverwrite
+  , recordOverwriteBytes
   , recordFree
   , prefetchRecord
   , recordsLive
@@ -81,12 +84,12 @@ isRecord :: Record -> Bool
 isRecord (Record p) = p /= nullPtr
 {-# INLINE isRecord #-}
 
--- | Can this key and string be a record? A string below
--- 'sharedBulkBytes' (a larger one is pinned and sent from where it is:
--- Note [Stored strings] in "Kv.Str"), under a key whose length the
+-- | Can this key and a value of this length be a record? A value below
+-- 'sharedBulkBytes' (a larger string is pinned and sent from where it
+-- is: Note [Stored strings] in "Kv.Str"), under a key whose length the
 -- record's 4 bytes hold.
-recordable :: ByteString -> Str -> Bool
-recordable key s = strLength s < sharedBulkBytes && B.length key <= fromIntegral (maxBound :: Word32)
+recordable :: ByteString -> Int -> Bool
+recordable key vlen = vlen < sharedBulkBytes && B.length key <= fromIntegral (maxBound :: Word32)
 {-# INLINE recordable #-}
 
 headerBytes :: Int
@@ -100,16 +103,30 @@ valueLength p = fromIntegral <$> (peekByteOff p 4 :: IO Word32)
 
 -- | A new record of a key and a small value ('recordable').
 recordNew :: ByteString -> Str -> IO Record
-recordNew (BI.PS fp off klen) v = do
-  let vlen = strLength v
-      size = headerBytes + klen + vlen
+recordNew key v = recordWith key (strLength v) (\d -> () <$ writeStr d v)
+
+-- | A new record of a key and a small value given as bytes
+-- ('recordable').
+recordNewBytes :: ByteString -> ByteString -> IO Record
+recordNewBytes key v = recordWith key (B.length v) (bytesTo v)
+
+-- | A new record of a key and a value of the given length, which the
+-- writer puts at the address it is given.
+recordWith :: ByteString -> Int -> (Ptr Word8 -> IO ()) -> IO Record
+recordWith (BI.PS fp off klen) vlen write = do
+  let size = headerBytes + klen + vlen
   p <- mallocBytes size
   pokeByteOff p 0 (fromIntegral klen :: Word32)
   pokeByteOff p 4 (fromIntegral vlen :: Word32)
   unsafeWithForeignPtr fp $ \k -> copyBytes (p `plusPtr` headerBytes) (k `plusPtr` off) klen
-  _ <- writeStr (p `plusPtr` (headerBytes + klen)) v
+  write (p `plusPtr` (headerBytes + klen))
   count 1 size
   return (Record p)
+{-# INLINE recordWith #-}
+
+-- | Copy a string's bytes to an address.
+bytesTo :: ByteString -> Ptr Word8 -> IO ()
+bytesTo (BI.PS fp off len) d = unsafeWithForeignPtr fp $ \b -> copyBytes d (b `plusPtr` off) len
 
 -- | Is the record's key this string?
 recordKeyIs :: Record -> ByteString -> IO Bool
@@ -155,9 +172,17 @@ recordValue (Record p) = do
   vlen <- valueLength p
   strFromPtr (p `plusPtr` (headerBytes + klen)) vlen
 
--- | Can the string be written over the record's value? Of one length.
-recordFits :: Record -> Str -> IO Bool
-recordFits (Record p) v = (== strLength v) <$> valueLength p
+-- | A copy of the record's value as a string of its own.
+recordValueBytes :: Record -> IO ByteString
+recordValueBytes (Record p) = do
+  klen <- keyLength p
+  vlen <- valueLength p
+  BI.create vlen (\d -> copyBytes d (p `plusPtr` (headerBytes + klen)) vlen)
+
+-- | Can a value of this length be written over the record's? Of the
+-- same length only.
+recordFits :: Record -> Int -> IO Bool
+recordFits (Record p) vlen = (== vlen) <$> valueLength p
 {-# INLINE recordFits #-}
 
 -- | Write the string over the record's value ('recordFits').
@@ -165,6 +190,12 @@ recordOverwrite :: Record -> Str -> IO ()
 recordOverwrite (Record p) v = do
   klen <- keyLength p
   () <$ writeStr (p `plusPtr` (headerBytes + klen)) v
+
+-- | Write the bytes over the record's value ('recordFits').
+recordOverwriteBytes :: Record -> ByteString -> IO ()
+recordOverwriteBytes (Record p) v = do
+  klen <- keyLength p
+  bytesTo v (p `plusPtr` (headerBytes + klen))
 
 -- | Give the record's memory back. Nothing may read it after.
 recordFree :: Record -> IO ()

@@ -1,4 +1,4 @@
-{-# LANGUAGE OverloadedStrings #-}
+{-# LANGUAGE BangPatterns, OverloadedStrings #-}
 -- The command table's plans match the argument lists their arity admits;
 -- "Kv.Plan" checks the arity before a plan runs, so those patterns are
 -- complete in use though not in type.
@@ -11,12 +11,13 @@ module Kv.Sets
   ( setCommands
   ) where
 
+import Control.Monad (foldM)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
-import Data.Maybe (fromMaybe, listToMaybe)
+import Data.Maybe (listToMaybe)
 import qualified Data.Set as Set
 
-import Kv.Packed
+import Kv.Members
 import Kv.Plan
 import Kv.Resp
 import Kv.Store
@@ -42,17 +43,30 @@ setCommands =
   , ("SMOVE", (Exactly 3, \[src, dst, m] -> smoveCommand src dst m))
   ]
 
--- | SADD. The members are slices of the request: only those not in the
--- set are copied in, and a set that gains none stays as it is.
+-- | A set's operation in place (Note [Values changed in place] in
+-- "Kv.Store"): @missing@ for no key, the action on the set's members,
+-- WRONGTYPE for another type.
+onSet :: Outcome -> (Members -> IO Outcome) -> Maybe Value -> Outcome
+onSet missing act v = case v of
+  Nothing -> missing
+  Just (VSet s) -> InPlace (act s)
+  Just _ -> Outcome Keep wrongType
+
+-- | A read of a set: the reply from its members, @missing@ for no key.
+setRead :: Reply -> (Members -> IO Reply) -> Maybe Value -> Outcome
+setRead missing answer = onSet (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+
+-- | SADD. The members are slices of the request: those not in the set are
+-- copied in, and a set that gains none stays as it is.
 saddOp :: [ByteString] -> KeyOp
 saddOp ms _ _ v = case v of
-  Nothing -> add packedEmpty
-  Just (VSet s) -> add s
-  Just _ -> Outcome Keep wrongType
+  Nothing -> InPlace (add emptyMembers)
+  _ -> onSet (Outcome Keep wrongType) add v
   where
-    add s = let s' = foldr (\m acc -> fromMaybe acc (packedAdd m B.empty acc)) s ms
-                added = packedSize s' - packedSize s
-            in Outcome (if added == 0 && not (packedNull s) then Keep else Replace (VSet s')) (RInt added)
+    add = go 0 ms
+    go :: Int -> [ByteString] -> Members -> IO Outcome
+    go !added (m : rest) s = membersAdd s m B.empty >>= \(s', new) -> go (if new then added + 1 else added) rest s'
+    go added [] s = return (Outcome (if added == 0 then Keep else Replace (VSet s)) (RInt added))
 
 -- | SPOP key [count]
 spopCommand :: [ByteString] -> Plan
@@ -60,58 +74,56 @@ spopCommand [k] = OnKey k (spopOp Nothing)
 spopCommand [k, n] = withCount n (OnKey k . spopOp . Just)
 spopCommand _ = Answer syntaxError
 
--- | Remove random members. The randomness comes from the clock, mixed:
+-- | Remove random members: one picked from the table, or for a count
+-- that many distinct ones ('membersRandomItems'; all of them for a count
+-- of at least the size). The randomness comes from the clock, mixed:
 -- good enough to spread choices, not for anything that needs secrecy.
 spopOp :: Maybe Int -> KeyOp
-spopOp count now _ v = case v of
-  Nothing -> Outcome Keep (if count == Nothing then RNil else RArray [])
-  Just (VSet s) ->
-    let (taken, rest) = pickDistinct (fromMaybe 1 count) s (randoms (clockSeed now))
-        update = if packedNull rest then Delete else Replace (VSet rest)
-        reply = case count of
-          Nothing -> maybe RNil (RBulk . fst) (listToMaybe taken)
-          Just _ -> RArray (map (RBulk . fst) taken)
-    in Outcome (if null taken then Keep else update) reply
-  Just _ -> Outcome Keep wrongType
+spopOp count now _ = onSet (Outcome Keep (if count == Nothing then RNil else RArray [])) $ \s0 -> do
+  taken <- case count of
+    Nothing -> maybe [] (\p -> [fst p]) <$> membersRandom s0 (randomFrom (clockSeed now))
+    Just c -> map fst <$> membersRandomItems now c s0
+  s <- foldM (\s m -> fst <$> membersRemove s m) s0 taken
+  left <- membersSize s
+  let update | null taken = Keep
+             | left == 0 = Delete
+             | otherwise = Replace (VSet s)
+      reply = case count of
+        Nothing -> maybe RNil RBulk (listToMaybe taken)
+        Just _ -> RArray (map RBulk taken)
+  return (Outcome update reply)
 
 -- | SRANDMEMBER key [count]: a random member (nil without the set); with a
 -- count, up to that many distinct members, or, for a negative count,
 -- that many with repeats. The count is read before the key, as redis does.
 srandmemberOp :: Maybe Int -> KeyOp
-srandmemberOp count now _ v = Outcome Keep $ case v of
-  Nothing -> if count == Nothing then RNil else RArray []
-  Just (VSet s) -> case count of
-    Nothing -> maybe RNil (RBulk . fst) (randomItem now s)
-    Just c -> RArray (map (RBulk . fst) (randomItems now c s (packedToAscList s)))
-  Just _ -> wrongType
+srandmemberOp count now _ = setRead (if count == Nothing then RNil else RArray []) $ \s -> case count of
+  Nothing -> maybe RNil (RBulk . fst) <$> membersRandom s (randomFrom (clockSeed now))
+  Just c -> RArray . map (RBulk . fst) <$> membersRandomItems now c s
 
 scardOp :: KeyOp
-scardOp = sizeOp (\x -> case x of VSet m -> Just (packedSize m); _ -> Nothing)
+scardOp = sizeOp (\x -> case x of VSet m -> Just (membersSize m); _ -> Nothing)
 
 -- | SREM: how many of the members were there; an emptied set goes.
 sremOp :: [ByteString] -> KeyOp
-sremOp = removeFrom (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet packedDelete packedSize
+sremOp = removeMembers (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet
 
 -- | SMEMBERS: the members, in no order a client may rely on (redis's
 -- order is its hash table's; this is byte order).
 smembersOp :: KeyOp
-smembersOp _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray []
-  Just (VSet s) -> RArray (map RBulk (packedKeys s))
-  Just _ -> wrongType
+smembersOp _ _ = setRead (RArray []) (fmap (RArray . map (RBulk . fst)) . membersAscList)
 
 sismemberOp :: ByteString -> KeyOp
-sismemberOp m _ _ v = Outcome Keep $ case v of
-  Nothing -> RInt 0
-  Just (VSet s) -> RInt (if packedMember m s then 1 else 0)
-  Just _ -> wrongType
+sismemberOp m _ _ = setRead (RInt 0) (fmap isIn . (`membersHas` m))
 
 -- | SMISMEMBER key member [member ...]: 1 or 0 for each.
 smismemberOp :: [ByteString] -> KeyOp
-smismemberOp ms _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray (map (const (RInt 0)) ms)
-  Just (VSet s) -> RArray [ RInt (if packedMember m s then 1 else 0) | m <- ms ]
-  Just _ -> wrongType
+smismemberOp ms _ _ = setRead (RArray (map (const (RInt 0)) ms)) $ \s ->
+  RArray <$> mapM (fmap isIn . membersHas s) ms
+
+-- | 1 for a member that is there, else 0.
+isIn :: Bool -> Reply
+isIn b = RInt (if b then 1 else 0)
 
 ------------------------------------------------------------------------------
 -- Several sets
@@ -144,17 +156,16 @@ combineParts how rs = case [ e | e@(RError _) <- rs ] of
 -- | A key's part of a combining command: its members in order (none for a
 -- missing key), or WRONGTYPE.
 readSet :: KeyOp
-readSet _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray []
-  Just (VSet s) -> RArray (map RBulk (packedKeys s))
-  Just _ -> wrongType
+readSet = smembersOp
 
 -- | The STORE forms' write: the destination, of whatever type it was,
 -- becomes the result without expiry, or goes if the result is empty.
 storeOp :: Set.Set ByteString -> KeyOp
 storeOp s _ _ v
   | Set.null s = Outcome (maybe Keep (const Delete) v) (RInt 0)
-  | otherwise = Outcome (Fresh (VSet (packedFromAscList [ (m, B.empty) | m <- Set.toAscList s ]))) (RInt (Set.size s))
+  | otherwise = InPlace $ do
+      m <- membersFromList [ (x, B.empty) | x <- Set.toAscList s ]
+      return (Outcome (Fresh (VSet m)) (RInt (Set.size s)))
 
 -- | SINTERCARD numkeys key [key ...] [LIMIT limit]: the intersection's
 -- size, counted up to the limit (0: no limit), with redis's errors.
@@ -186,10 +197,7 @@ sintercardCommand _ = Answer syntaxError
 smoveCommand :: ByteString -> ByteString -> ByteString -> Plan
 smoveCommand src dst m = Steps [(src, probe), (dst, readType)] decide
   where
-    probe _ _ v = Outcome Keep $ case v of
-      Nothing -> RNil
-      Just (VSet s) -> RInt (if packedMember m s then 1 else 0)
-      Just _ -> wrongType
+    probe _ _ = setRead RNil (fmap isIn . (`membersHas` m))
     readType _ _ v = Outcome Keep $ case v of
       Just (VSet _) -> RInt 1
       Nothing -> RInt 0

@@ -56,12 +56,12 @@ import Weft.Timer (TimeoutKey, cancelTimeout)
 import Kv.Clock
 import Kv.Deque (Deque, dequeFromList, dequeToList)
 import Kv.Key (Key, keyHash, storedKey)
-import Kv.Packed (Packed, packedFromAscList, packedKeys, packedToAscList)
+import Kv.Members (Members, membersAscList, membersFromList)
 import Kv.Sorted (ZSet, zsetAsc, zsetFromAscList)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Record (Record, isRecord, noRecord, recordFits, recordNew, recordOverwrite, recordValue, recordable)
-import Kv.Str (Str, prefetchStr, strClone, strFits, strOverwrite)
+import Kv.Str (Str, prefetchStr, strClone, strFits, strLength, strOverwrite)
 import Kv.Waiters
 import Kv.Watches
 
@@ -103,14 +103,15 @@ hashColor (Store _ mask _ _) h = h .&. mask
 -- Values
 
 -- | What a key holds. A string is its bytes (Note [Stored strings] in
--- "Kv.Str"); a set's members, a hash's fields and values and a sorted
--- set's members and scores are packed (Note [Packed maps] in
--- "Kv.Packed"), a set's members with empty values.
+-- "Kv.Str"); a set's members (with empty values) and a hash's fields and
+-- values are a mutable table (Note [Members in tables] in "Kv.Members");
+-- a sorted set's members and scores are packed (Note [Packed maps] in
+-- "Kv.Packed").
 data Value
   = VString {-# UNPACK #-} !Str
   | VList !Deque
-  | VSet !Packed
-  | VHash !Packed
+  | VSet !Members
+  | VHash !Members
   | VZSet !ZSet
 
 -- Note [Values in parts]
@@ -125,26 +126,29 @@ data Value
 -- bytes, but for a small string's (Note [Stored strings] in "Kv.Str").
 
 -- | A value and its expiry deadline (0: none) as a part (Note [Values in
--- parts]).
-valuePart :: Int -> Value -> Reply
+-- parts]). In IO, on the key's color: a hash's or set's members are read
+-- out of their table.
+valuePart :: Int -> Value -> IO Reply
 valuePart deadline v = case v of
   -- A copy, made as the part is: the source's bytes may be written over
   -- before the part is read (Note [Stored strings] in "Kv.Str").
-  VString s -> let !c = strClone s in RArray [RInt deadline, RInt 0, RStored c]
-  VList xs -> part 1 (map RBulk (dequeToList xs))
-  VSet xs -> part 2 (map RBulk (packedKeys xs))
-  VHash h -> part 3 (concat [ [RBulk f, RBulk x] | (f, x) <- packedToAscList h ])
-  VZSet z -> part 4 (scoredItems (zsetAsc z))
+  VString s -> let !c = strClone s in return (RArray [RInt deadline, RInt 0, RStored c])
+  VList xs -> return (part 1 (map RBulk (dequeToList xs)))
+  VSet xs -> part 2 . map (RBulk . fst) <$> membersAscList xs
+  VHash h -> part 3 . concatMap (\(f, x) -> [RBulk f, RBulk x]) <$> membersAscList h
+  VZSet z -> return (part 4 (scoredItems (zsetAsc z)))
   where part tag xs = RArray (RInt deadline : RInt tag : xs)
 
--- | The value and expiry deadline of a part 'valuePart' wrote.
-partValue :: Reply -> Maybe (Int, Value)
+-- | The expiry deadline of a part 'valuePart' wrote, and how to make its
+-- value: each run of the action makes a value of its own (a hash or set
+-- is a table that one key alone may hold).
+partValue :: Reply -> Maybe (Int, IO Value)
 partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
-  0 | [RStored s] <- xs -> Just (VString s)
-  1 -> VList . dequeFromList <$> traverse bulk xs
-  2 -> VSet . packedFromAscList . map (\m -> (m, B.empty)) <$> traverse bulk xs
-  3 -> VHash . packedFromAscList <$> pairs (\f x -> (,) f <$> bulk x) xs
-  4 -> VZSet . zsetFromAscList <$> itemsScored xs
+  0 | [RStored s] <- xs -> Just (return (VString s))
+  1 -> return . VList . dequeFromList <$> traverse bulk xs
+  2 -> (\ms -> VSet <$> membersFromList [ (m, B.empty) | m <- ms ]) <$> traverse bulk xs
+  3 -> (\fxs -> VHash <$> membersFromList fxs) <$> pairs (\f x -> (,) f <$> bulk x) xs
+  4 -> return . VZSet . zsetFromAscList <$> itemsScored xs
   _ -> Nothing
   where
     bulk (RBulk b) = Just b
@@ -209,11 +213,30 @@ data Expiry
 -- | A command's work on one key: given the clocks, the key's expiry
 -- deadline on the monotonic clock (in milliseconds, 0 if none) and its
 -- value ('Nothing' if the key does not exist or has expired), what to
--- change and what to answer. Pure, so that the store alone deals with
+-- change and what to answer. Pure but for a hash's or set's members
+-- (Note [Values changed in place]), so that the store alone deals with
 -- expiry timers and memory.
 type KeyOp = Now -> Int -> Maybe Value -> Outcome
 
-data Outcome = Outcome !Update !Reply
+-- | What an operation changes and answers; or, for a value changed in
+-- place, the action that changes it and then says so (Note [Values
+-- changed in place]).
+data Outcome
+  = Outcome !Update !Reply
+  | InPlace (IO Outcome)
+
+-- Note [Values changed in place]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- Most operations are pure: given the key's value they say what it
+-- becomes and what to answer, and the store writes the new value. A
+-- hash's or set's members are a mutable table (Note [Members in tables]
+-- in "Kv.Members"), so an operation on one answers 'InPlace': an action
+-- that 'runKeyOp' runs at once on the key's color, which reads or changes
+-- the table and then gives the outcome: 'Replace' with the same value if
+-- it changed the table (so that watchers see it, Note [Transactions] in
+-- "Kv.Transaction"), 'Delete' if it emptied it, 'Keep' if it changed
+-- nothing. Whatever its reply carries it has copied out, since the next
+-- operation may change the table.
 
 -- | How a 'KeyOp' changes its key.
 data Update
@@ -351,7 +374,7 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
     -- none or a record), its live value, expiry and deadline (0 if
     -- none), and its record ('noRecord' if none).
     run t i k live expiry deadlineOf r = do
-      let !(Outcome update reply0) = op clocks deadlineOf live
+      (update, reply0) <- settle (op clocks deadlineOf live)
       -- Before the update, which may write the stored string's bytes. A
       -- record's value is a copy already.
       reply <- if isRecord r then return reply0 else replyOut reply0
@@ -359,8 +382,8 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
         -- A string of the stored one's length is written over it (Note
         -- [Stored strings] in "Kv.Str"), a record's likewise; another
         -- small string replaces the record.
-        Replace (VString new) | isRecord r, recordable key new -> putRecord t i r key new
-        Fresh (VString new) | isRecord r, recordable key new -> putRecord t i r key new
+        Replace (VString new) | isRecord r, recordable key (strLength new) -> putRecord t i r key new
+        Fresh (VString new) | isRecord r, recordable key (strLength new) -> putRecord t i r key new
         Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
         Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
@@ -394,6 +417,12 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
         _ -> return ()
       return reply
 
+-- | An outcome, its action run if it changes its value in place (Note
+-- [Values changed in place]).
+settle :: Outcome -> IO (Update, Reply)
+settle (Outcome u r) = return (u, r)
+settle (InPlace act) = act >>= settle
+
 -- | A reply as it leaves the key's color: a stored string in it is a copy
 -- (Note [Stored strings] in "Kv.Str").
 replyOut :: Reply -> IO Reply
@@ -410,7 +439,7 @@ replyOut r = case r of
 -- none.
 putEntry :: Table Entry -> Int -> Int -> Record -> Key -> ByteString -> Value -> Expiry -> IO ()
 putEntry t h i r k key v e = case v of
-  VString s | Persistent <- e, recordable key s ->
+  VString s | Persistent <- e, recordable key (strLength s) ->
     if i < 0 then recordNew key s >>= tableInsertRecord t h else putRecord t i r key s
   _ | i < 0 -> storedKey key >>= \k' -> tableInsert t h (entry k' v e)
     | otherwise -> do
@@ -422,7 +451,7 @@ putEntry t h i r k key v e = case v of
 -- value if it is of that length, else in a new record.
 putRecord :: Table Entry -> Int -> Record -> ByteString -> Str -> IO ()
 putRecord t i r key s = do
-  fits <- if isRecord r then recordFits r s else return False
+  fits <- if isRecord r then recordFits r (strLength s) else return False
   if fits then recordOverwrite r s else recordNew key s >>= tableSetRecord t i
 
 -- | The stored key of a key that has no slot yet: never read.

@@ -16,9 +16,11 @@ module Kv.Table
   , tableInsert
   , tableInsertRecord
   , tableDelete
+  , tableSlots
   , tableFold
   , tableRandom
   , tableClear
+  , tableFreeOnDrop
   , tableCapacity
   , tablePrefetch
   , tableHashSlot
@@ -432,23 +434,30 @@ rehash t cap = do
   writePrimArray (tabCounts t') usedCount n
   return t'
 
--- | A strict left fold over every key and its entry ('Nothing' for a
--- key with a record), in no particular order. The keys are fresh
--- strings.
-tableFold :: forall a b. Keyed a => (b -> ByteString -> Maybe a -> b) -> b -> Table a -> IO b
-tableFold f z0 (Table ref) = do
+-- | A strict left fold over the slots that hold a key, in no
+-- particular order; the function reads each slot's record or entry
+-- ('tableRecord', 'tableValue') and must not change the table.
+tableSlots :: forall a b. (b -> Int -> IO b) -> b -> Table a -> IO b
+tableSlots f z0 (Table ref) = do
   t <- readIORef ref
   let go :: Int -> b -> IO b
       go !i !z
         | i > tabMask t = return z
         | otherwise = do
             h <- readPrimArray (tabHashes t) i
-            if vacant h then go (i + 1) z else do
-              r <- slotRecord t i
-              if isRecord r then recordKeyBytes r >>= \k -> go (i + 1) (f z k Nothing) else do
-                e <- readCell (tabCells t) i
-                go (i + 1) (f z (keyBytes (entryKey e)) (Just e))
+            if vacant h then go (i + 1) z else f z i >>= go (i + 1)
   go 0 z0
+
+-- | A strict left fold over every key and its entry ('Nothing' for a
+-- key with a record), in no particular order. The keys are fresh
+-- strings.
+tableFold :: forall a b. Keyed a => (b -> ByteString -> Maybe a -> b) -> b -> Table a -> IO b
+tableFold f z0 table = tableSlots step z0 table
+  where
+    step z i = do
+      r <- tableRecord table i
+      if isRecord r then (\k -> f z k Nothing) <$> recordKeyBytes r
+      else (\e -> f z (keyBytes (entryKey e)) (Just e)) <$> tableValue table i
 
 -- | A key picked at random among those whose entries pass the check
 -- ('Nothing' for a key with a record), if any: a few slots drawn at random (with many keys one of them holds
@@ -485,14 +494,38 @@ tableRandom (Table ref) seed wanted = do
 -- | Remove every key, freeing their records.
 tableClear :: Table a -> IO ()
 tableClear (Table ref) = do
-  t <- readIORef ref
-  let go :: Int -> IO ()
-      go !i = when (i <= tabMask t) $ do
-        r <- slotRecord t i
-        when (isRecord r) (recordFree r)
-        go (i + 1)
-  go 0
+  readIORef ref >>= freeRecords
   newTab minCapacity >>= writeIORef ref
+
+-- | Free the records of a table that will not be used again.
+freeRecords :: Tab a -> IO ()
+freeRecords t = go 0
+  where
+    go :: Int -> IO ()
+    go !i = when (i <= tabMask t) $ do
+      r <- slotRecord t i
+      when (isRecord r) (recordFree r)
+      go (i + 1)
+
+-- | Have the table's records freed once the collector finds the table
+-- unreachable (Note [Tables the collector frees]). Only for a table
+-- nothing clears: a table that is cleared while still reachable would
+-- have its records freed twice.
+tableFreeOnDrop :: Table a -> IO ()
+tableFreeOnDrop (Table ref) = () <$ mkWeakIORef ref (readIORef ref >>= freeRecords)
+
+-- Note [Tables the collector frees]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A color's table lives as long as the store, and 'tableClear' frees
+-- its records. A table inside a value (a hash's fields, a set's members:
+-- Note [Members in tables] in "Kv.Members") is dropped wherever its
+-- value is: a delete, an overwrite, an expiry, a FLUSHALL of the table
+-- that holds it. Rather than a walk at each of those places, each such
+-- table has a weak pointer whose finalizer frees its records once the
+-- collector finds the table unreachable ('tableFreeOnDrop'). Until that
+-- collection the records still count in 'recordsLive'. A finalizer
+-- runs after the table is unreachable, so no color can touch the table
+-- while it runs.
 
 ------------------------------------------------------------------------------
 -- Cells

@@ -18,7 +18,8 @@ import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
 
 import Kv.Plan
-import Kv.Packed (packedKeys, packedToDescList)
+import Kv.Members (membersAscList)
+import Kv.Packed (packedToDescList)
 import Kv.Resp
 import Kv.Sorted
 import Kv.Store
@@ -205,7 +206,7 @@ withScores scored ms
   | otherwise = RArray [ RBulk m | (_, m) <- ms ]
 
 zcardOp :: KeyOp
-zcardOp = sizeOp (\x -> case x of VZSet z -> Just (zsetSize z); _ -> Nothing)
+zcardOp = sizeOp (\x -> case x of VZSet z -> Just (pure (zsetSize z)); _ -> Nothing)
 
 zscoreOp :: ByteString -> KeyOp
 zscoreOp m _ _ v = Outcome Keep $ case v of
@@ -255,11 +256,11 @@ zrandmemberOp count scored now _ v = Outcome Keep $ case v of
 -- scores, lowest first (Note [Scored parts]); none for a missing key; a
 -- set's members at 1; WRONGTYPE for another type.
 readScored :: KeyOp
-readScored _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray []
-  Just (VZSet z) -> scoredPart (zsetAsc z)
-  Just (VSet s) -> scoredPart [ (1, m) | m <- packedKeys s ]
-  Just _ -> wrongType
+readScored _ _ v = case v of
+  Nothing -> Outcome Keep (RArray [])
+  Just (VZSet z) -> Outcome Keep (scoredPart (zsetAsc z))
+  Just (VSet s) -> InPlace ((\ms -> Outcome Keep (scoredPart [ (1, m) | (m, _) <- ms ])) <$> membersAscList s)
+  Just _ -> Outcome Keep wrongType
 
 scoredPart :: [(Double, ByteString)] -> Reply
 scoredPart = RArray . scoredItems

@@ -1,0 +1,219 @@
+{-# LANGUAGE BangPatterns #-}
+-- | A hash's fields and values, or a set's members, as weft-kv keeps
+-- them: a packed map while few, a mutable table of records changed in
+-- place once many (Note [Members in tables]). The test suite checks it
+-- against "Data.Map".
+module Kv.Members
+  ( Members
+  , emptyMembers
+  , membersFromList
+  , membersSize
+  , membersLookup
+  , membersHas
+  , membersPut
+  , membersAdd
+  , membersRemove
+  , membersFold
+  , membersAscList
+  , membersRandom
+  , membersPacked
+  , smallMembers
+  ) where
+
+import Control.Monad (foldM)
+import Data.ByteString (ByteString)
+import qualified Data.ByteString as B
+import Data.List (sortOn)
+import Data.Word (Word64)
+
+import Kv.Key (Key, bytesHash, keyBytes, storedKey)
+import Kv.Packed
+import Kv.Record (isRecord, recordFits, recordKeyBytes, recordNewBytes, recordOverwriteBytes, recordValueBytes,
+                  recordable)
+import Kv.Table
+
+-- Note [Members in tables]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~
+-- A hash or set that grows with the workload (HSET, SADD of new members
+-- onto one key) was a persistent map: every write built a new leaf and
+-- path, which lived past the next minor collection because the store
+-- held the new map, so the collector copied about as much as the
+-- commands allocated. So past 'smallMembers' members, a hash's fields
+-- and a set's members (with empty values) are a key table as a color's
+-- keys are ("Kv.Table"): each member with a value below
+-- 'Kv.Str.sharedBulkBytes' a record off the heap (Note [Strings off the
+-- heap] in "Kv.Record"), a larger one an entry on the heap. A write
+-- changes the table in place; a member read out is a copy.
+--
+-- Up to 'smallMembers' they stay a packed map (Note [Packed maps] in
+-- "Kv.Packed"), a leaf or a few, as redis keeps a small hash or set in a
+-- listpack: a table's arrays, cells and weak pointer cost several times
+-- a small map's bytes, and a store of a million small hashes would carry
+-- them all. A write to a small one makes a new map; the write that takes
+-- it past 'smallMembers' moves its members into a table, and a table
+-- stays a table however few members it keeps, as redis's does.
+--
+-- A table is mutable, so only the key's color touches it, and only in
+-- IO: the operations of this module take the members and give back what
+-- the key then holds (the same table, or a new map), and the commands on
+-- hashes and sets answer 'Kv.Store.InPlace' (Note [Values changed in
+-- place] in "Kv.Store"); whatever a reply carries was copied out before
+-- the operation ends. A key holds its own table; a value carried to
+-- another key (RENAME, COPY) is rebuilt there from its copy. A table's
+-- records are freed as its members are replaced or removed, and the
+-- rest when the collector finds the table unreachable (Note [Tables the
+-- collector frees] in "Kv.Table").
+
+-- | The most members a hash or set keeps as a packed map.
+smallMembers :: Int
+smallMembers = 128
+
+-- | A member whose value is too large for a record, with its key
+-- (Note [Keys in entries] in "Kv.Key").
+data Big = Big {-# UNPACK #-} !Key !ByteString
+
+instance Keyed Big where
+  entryKey (Big k _) = k
+
+-- | A hash's fields and values, or a set's members: a packed map while
+-- few, a table once many.
+data Members
+  = Small !Packed
+  | Large !(Table Big)
+
+-- | No members (a key that holds none does not exist: this is where a
+-- new hash or set starts).
+emptyMembers :: Members
+emptyMembers = Small packedEmpty
+
+-- | A new empty table.
+newLarge :: IO (Table Big)
+newLarge = do
+  t <- newTable
+  tableFreeOnDrop t
+  return t
+
+-- | Members with the given values (later ones replace earlier ones of
+-- the same member).
+membersFromList :: [(ByteString, ByteString)] -> IO Members
+membersFromList = foldM (\m (k, v) -> fst <$> membersPut m k v) emptyMembers
+
+membersSize :: Members -> IO Int
+membersSize (Small p) = return (packedSize p)
+membersSize (Large t) = tableSize t
+{-# INLINE membersSize #-}
+
+-- | The slot of a member in a table, or -1.
+slotOf :: Table Big -> ByteString -> IO Int
+slotOf t k = tableFind t (bytesHash k) k
+{-# INLINE slotOf #-}
+
+-- | A member's value (a copy), if it is there.
+membersLookup :: Members -> ByteString -> IO (Maybe ByteString)
+membersLookup (Small p) k = return (packedLookup k p)
+membersLookup (Large t) k = do
+  i <- slotOf t k
+  if i < 0 then return Nothing else Just <$> valueAt t i
+
+-- | The value in a slot, a copy.
+valueAt :: Table Big -> Int -> IO ByteString
+valueAt t i = do
+  r <- tableRecord t i
+  if isRecord r then recordValueBytes r else (\(Big _ v) -> v) <$> tableValue t i
+
+membersHas :: Members -> ByteString -> IO Bool
+membersHas (Small p) k = return (maybe False (const True) (packedFind k p))
+membersHas (Large t) k = (>= 0) <$> slotOf t k
+
+-- | Give a member this value (both copied in): what the key holds now,
+-- and whether the member is new.
+membersPut :: Members -> ByteString -> ByteString -> IO (Members, Bool)
+membersPut (Small p) k v
+  | n' > smallMembers = do
+      t <- newLarge
+      mapM_ (\(k', v') -> tablePut t k' v') (packedToAscList p')
+      return (Large t, True)
+  | otherwise = let !m = Small p' in return (m, n' > packedSize p)
+  where
+    !p' = packedInsert k v p
+    !n' = packedSize p'
+membersPut m@(Large t) k v = do
+  !new <- tablePut t k v
+  return (m, new)
+{-# INLINE membersPut #-}
+
+-- | Give a member of a table this value: whether it is new.
+tablePut :: Table Big -> ByteString -> ByteString -> IO Bool
+tablePut t k v = do
+  i <- slotOf t k
+  let small = recordable k (B.length v)
+  if i < 0
+    then do
+      if small then recordNewBytes k v >>= tableInsertRecord t (bytesHash k)
+               else storedKey k >>= \sk -> tableInsert t (bytesHash k) (Big sk (B.copy v))
+      return True
+    else do
+      r <- tableRecord t i
+      fits <- if isRecord r && small then recordFits r (B.length v) else return False
+      if fits then recordOverwriteBytes r v
+      else if small then recordNewBytes k v >>= tableSetRecord t i
+      else do
+        sk <- if isRecord r then storedKey k else (\(Big sk _) -> sk) <$> tableValue t i
+        tableSet t i (Big sk (B.copy v))
+      return False
+
+-- | Add a member with this value if it is not there: what the key holds
+-- now, and whether the member was added.
+membersAdd :: Members -> ByteString -> ByteString -> IO (Members, Bool)
+membersAdd m k v = do
+  there <- membersHas m k
+  if there then return (m, False) else membersPut m k v
+
+-- | Remove a member: what the key holds now, and whether the member was
+-- there.
+membersRemove :: Members -> ByteString -> IO (Members, Bool)
+membersRemove m@(Small p) k
+  | packedSize p' < packedSize p = let !m' = Small p' in return (m', True)
+  | otherwise = return (m, False)
+  where !p' = packedDelete k p
+membersRemove m@(Large t) k = do
+  i <- slotOf t k
+  if i < 0 then return (m, False) else (m, True) <$ tableDelete t i
+{-# INLINE membersRemove #-}
+
+-- | A strict left fold over the members and their values (copies), in
+-- no particular order.
+membersFold :: (b -> ByteString -> ByteString -> b) -> b -> Members -> IO b
+membersFold f z0 (Small p) = return (foldl (\z (k, v) -> f z k v) z0 (packedToAscList p))
+membersFold f z0 (Large t) = tableSlots step z0 t
+  where
+    step z i = do
+      r <- tableRecord t i
+      if isRecord r
+        then f z <$> recordKeyBytes r <*> recordValueBytes r
+        else (\(Big k v) -> f z (keyBytes k) v) <$> tableValue t i
+
+-- | The members and their values (copies), in byte order of the
+-- members.
+membersAscList :: Members -> IO [(ByteString, ByteString)]
+membersAscList (Small p) = return (packedToAscList p)
+membersAscList m = sortOn fst <$> membersFold (\acc k v -> (k, v) : acc) [] m
+
+-- | The members as a packed map: the map itself while few, else a copy
+-- (a walk over the table), for picks by rank.
+membersPacked :: Members -> IO Packed
+membersPacked (Small p) = return p
+membersPacked m = packedFromAscList <$> membersAscList m
+
+-- | A member and its value (copies) picked at random, if there are any:
+-- uniform while few; once many as 'tableRandom' picks, near uniform (as
+-- redis's own pick).
+membersRandom :: Members -> Word64 -> IO (Maybe (ByteString, ByteString))
+membersRandom (Small p) r
+  | packedSize p == 0 = return Nothing
+  | otherwise = return (Just (packedAt (fromIntegral (r `mod` fromIntegral (packedSize p))) p))
+membersRandom m@(Large t) seed = do
+  picked <- tableRandom t seed (const True)
+  case picked of
+    Nothing -> return Nothing
+    Just k -> fmap ((,) k) <$> membersLookup m k
