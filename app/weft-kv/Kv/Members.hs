@@ -144,8 +144,12 @@ membersPut m@(Large t) k v = do
 
 -- | Give a member of a table this value: whether it is new.
 tablePut :: Table Big -> ByteString -> ByteString -> IO Bool
-tablePut t k v = do
-  i <- slotOf t k
+tablePut t k v = slotOf t k >>= putAt t k v
+
+-- | Give a member of a table, found in slot i (-1: not there), this
+-- value: whether it is new.
+putAt :: Table Big -> ByteString -> ByteString -> Int -> IO Bool
+putAt t k v i = do
   let small = recordable k (B.length v)
   if i < 0
     then do
@@ -165,9 +169,14 @@ tablePut t k v = do
 -- | Add a member with this value if it is not there: what the key holds
 -- now, and whether the member was added.
 membersAdd :: Members -> ByteString -> ByteString -> IO (Members, Bool)
-membersAdd m k v = do
-  there <- membersHas m k
-  if there then return (m, False) else membersPut m k v
+membersAdd m@(Small p) k v
+  | Just _ <- packedFind k p = return (m, False)
+  | otherwise = membersPut m k v
+membersAdd m@(Large t) k v = do
+  i <- slotOf t k
+  if i >= 0 then return (m, False) else do
+    _ <- putAt t k v i
+    return (m, True)
 
 -- | Remove a member: what the key holds now, and whether the member was
 -- there.
