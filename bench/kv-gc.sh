@@ -6,7 +6,9 @@
 #
 # TEST is a redis-benchmark test: one that adds to one key (hset, sadd,
 # zadd), whose hash, set or sorted set then grows, or set, whose keys
-# then spread over the store. Each run starts a fresh server pinned to
+# then spread over the store; or hset-keys, sadd-keys or lpush-keys, a
+# hash, set or list under each of many keys (`HSET h:__rand_int__ f v`,
+# `SADD s:__rand_int__ m`, `LPUSH l:__rand_int__ x`). Each run starts a fresh server pinned to
 # core 0 and runs `redis-benchmark -c 50 -P 16 -r 1000000 -n REQUESTS -t
 # TEST` (default 1,000,000 requests) on core 1, so that the collection
 # grows to some 632,000 members, or the store to as many keys (the
@@ -52,7 +54,7 @@ size_of() {
     hset) redis-cli -p $port hlen myhash ;;
     sadd) redis-cli -p $port scard myset ;;
     zadd) redis-cli -p $port zcard myzset ;;
-    set) redis-cli -p $port dbsize ;;
+    set|hset-keys|sadd-keys|lpush-keys) redis-cli -p $port dbsize ;;
     *) echo "-" ;;
   esac
 }
@@ -68,7 +70,13 @@ gc_stats() {
 }
 
 bench() { # requests
-  taskset -c 1 redis-benchmark -p $port -c 50 -P 16 -r 1000000 -n "$1" -t "$t" -q 2>/dev/null \
+  local what=(-t "$t")
+  case "$t" in
+    hset-keys) what=(hset 'h:__rand_int__' f v) ;;
+    sadd-keys) what=(sadd 's:__rand_int__' m) ;;
+    lpush-keys) what=(lpush 'l:__rand_int__' x) ;;
+  esac
+  taskset -c 1 redis-benchmark -p $port -c 50 -P 16 -r 1000000 -n "$1" -q "${what[@]}" 2>/dev/null \
     | tr '\r' '\n' | grep -o "[0-9.]* requests per second" | tail -1 | cut -d' ' -f1
 }
 

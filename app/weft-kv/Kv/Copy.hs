@@ -7,7 +7,7 @@
 -- RENAME, RENAMENX and COPY. The two keys may have two colors; the value
 -- is read on the source's and written on the destination's, in steps
 -- (Note [Multi-key commands] in "Kv.Batch", Note [Values in parts] in
--- "Kv.Store"), so another client may see the source gone and the
+-- "Kv.Part"), so another client may see the source gone and the
 -- destination not yet written, or both; each key changes atomically.
 module Kv.Copy
   ( copyCommands
@@ -16,6 +16,7 @@ module Kv.Copy
 import Data.ByteString (ByteString)
 
 import Kv.Plan
+import Kv.Part (partValue, valuePart)
 import Kv.Resp
 import Kv.Store
 

@@ -17,6 +17,8 @@ module Kv.Deque
   , dequeIndex
   , dequeFoldRange
   , dequeAppend
+  , dequeBytes
+  , dequeFromBytes
   , packItems
   , openItems
   , copyIn
@@ -33,6 +35,8 @@ import Data.Sequence (Seq, ViewL (..), ViewR (..), (<|), (|>))
 import GHC.Exts (Int (..), Ptr (..), copyAddrToByteArray#)
 import GHC.IO (IO (..), unsafeDupablePerformIO)
 import Control.Monad.Primitive (RealWorld)
+
+import Kv.Record (joinStrings, recordedItems, splitStrings)
 
 -- Note [Packed lists]
 -- ~~~~~~~~~~~~~~~~~~~
@@ -101,6 +105,18 @@ openItems (Deque _ hc _ _ tc _) = (hc, tc)
 
 dequeToList :: Deque -> [ByteString]
 dequeToList (Deque _ _ h cs _ t) = h ++ foldr (\c rest -> chunkItems c ++ rest) (reverse t) cs
+
+-- | A short list's elements as bytes for a record of its key (Note
+-- [Small values in records] in "Kv.Store"): at most 'recordedItems'
+-- elements, else 'Nothing'.
+dequeBytes :: Deque -> Maybe ByteString
+dequeBytes d
+  | dequeLength d <= recordedItems = Just (joinStrings (dequeToList d))
+  | otherwise = Nothing
+
+-- | The list 'dequeBytes' wrote.
+dequeFromBytes :: ByteString -> Deque
+dequeFromBytes = dequeFromList . splitStrings
 
 -- | The elements from the last to the first.
 dequeToListRev :: Deque -> [ByteString]

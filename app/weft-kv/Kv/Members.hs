@@ -18,6 +18,8 @@ module Kv.Members
   , membersRandom
   , membersPacked
   , smallMembers
+  , membersBytes
+  , membersFromBytes
   ) where
 
 import Control.Monad (foldM)
@@ -28,8 +30,8 @@ import Data.Word (Word64)
 
 import Kv.Key (Key, bytesHash, keyBytes, storedKey)
 import Kv.Packed
-import Kv.Record (isRecord, recordFits, recordKeyBytes, recordNewBytes, recordOverwriteBytes, recordValueBytes,
-                  recordable)
+import Kv.Record (isRecord, joinStrings, recordFits, recordKeyBytes, recordNewBytes, recordOverwriteBytes,
+                  recordValueBytes, recordable, recordedItems, splitStrings)
 import Kv.Table
 
 -- Note [Members in tables]
@@ -153,14 +155,14 @@ putAt t k v i = do
   let small = recordable k (B.length v)
   if i < 0
     then do
-      if small then recordNewBytes k v >>= tableInsertRecord t (bytesHash k)
+      if small then recordNewBytes k 0 v >>= tableInsertRecord t (bytesHash k)
                else storedKey k >>= \sk -> tableInsert t (bytesHash k) (Big sk (B.copy v))
       return True
     else do
       r <- tableRecord t i
-      fits <- if isRecord r && small then recordFits r (B.length v) else return False
+      fits <- if isRecord r && small then recordFits r 0 (B.length v) else return False
       if fits then recordOverwriteBytes r v
-      else if small then recordNewBytes k v >>= tableSetRecord t i
+      else if small then recordNewBytes k 0 v >>= tableSetRecord t i
       else do
         sk <- if isRecord r then storedKey k else (\(Big sk _) -> sk) <$> tableValue t i
         tableSet t i (Big sk (B.copy v))
@@ -226,3 +228,18 @@ membersRandom m@(Large t) seed = do
   case picked of
     Nothing -> return Nothing
     Just k -> fmap ((,) k) <$> membersLookup m k
+
+-- | A few members as bytes for a record of their key (Note [Small values
+-- in records] in "Kv.Store"): each member and its value ('joinStrings'),
+-- for a packed map of at most 'recordedItems' members; else 'Nothing'.
+membersBytes :: Members -> Maybe ByteString
+membersBytes (Small p)
+  | packedSize p <= recordedItems = Just (joinStrings (concatMap (\(k, v) -> [k, v]) (packedToAscList p)))
+membersBytes _ = Nothing
+
+-- | The members 'membersBytes' wrote.
+membersFromBytes :: ByteString -> Members
+membersFromBytes b = Small (packedFromAscList (pairs (splitStrings b)))
+  where
+    pairs (k : v : rest) = (k, v) : pairs rest
+    pairs _ = []

@@ -10,6 +10,10 @@ module Kv.Record
   , recordable
   , recordNew
   , recordNewBytes
+  , recordKind
+  , joinStrings
+  , splitStrings
+  , recordedItems
   , recordKeyIs
   , recordKeyBytes
   , recordValue
@@ -25,6 +29,8 @@ module Kv.Record
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
+import qualified Data.ByteString.Unsafe as BU
+import Data.Bits (unsafeShiftL, unsafeShiftR, (.&.), (.|.))
 import Data.Primitive.ByteArray (MutableByteArray (..), newByteArray, writeByteArray)
 import Data.Word (Word32, Word64, Word8)
 import Foreign.Marshal.Alloc (free, mallocBytes)
@@ -95,29 +101,40 @@ recordable key vlen = vlen < sharedBulkBytes && B.length key <= fromIntegral (ma
 headerBytes :: Int
 headerBytes = 8
 
-keyLength, valueLength :: Ptr Word8 -> IO Int
+-- The second word holds the value's length in its low 24 bits (a
+-- record's value is under 'sharedBulkBytes') and the value's kind above
+-- them: 0 for a string's bytes, else whatever its maker says ('recordKind').
+keyLength, valueLength, valueWord :: Ptr Word8 -> IO Int
 keyLength p = fromIntegral <$> (peekByteOff p 0 :: IO Word32)
-valueLength p = fromIntegral <$> (peekByteOff p 4 :: IO Word32)
+valueLength p = (.&. 0xffffff) <$> valueWord p
+valueWord p = fromIntegral <$> (peekByteOff p 4 :: IO Word32)
 {-# INLINE keyLength #-}
 {-# INLINE valueLength #-}
+{-# INLINE valueWord #-}
+
+-- | What kind of value the record holds: 0 for a string's bytes, else
+-- what 'recordNewBytes' was given.
+recordKind :: Record -> IO Int
+recordKind (Record p) = (`unsafeShiftR` 24) <$> valueWord p
+{-# INLINE recordKind #-}
 
 -- | A new record of a key and a small value ('recordable').
 recordNew :: ByteString -> Str -> IO Record
-recordNew key v = recordWith key (strLength v) (\d -> () <$ writeStr d v)
+recordNew key v = recordWith key 0 (strLength v) (\d -> () <$ writeStr d v)
 
 -- | A new record of a key and a small value given as bytes
--- ('recordable').
-recordNewBytes :: ByteString -> ByteString -> IO Record
-recordNewBytes key v = recordWith key (B.length v) (bytesTo v)
+-- ('recordable'), of a kind from 0 (a string) to 255.
+recordNewBytes :: ByteString -> Int -> ByteString -> IO Record
+recordNewBytes key kind v = recordWith key kind (B.length v) (bytesTo v)
 
--- | A new record of a key and a value of the given length, which the
--- writer puts at the address it is given.
-recordWith :: ByteString -> Int -> (Ptr Word8 -> IO ()) -> IO Record
-recordWith (BI.PS fp off klen) vlen write = do
+-- | A new record of a key and a value of the given kind and length,
+-- which the writer puts at the address it is given.
+recordWith :: ByteString -> Int -> Int -> (Ptr Word8 -> IO ()) -> IO Record
+recordWith (BI.PS fp off klen) kind vlen write = do
   let size = headerBytes + klen + vlen
   p <- mallocBytes size
   pokeByteOff p 0 (fromIntegral klen :: Word32)
-  pokeByteOff p 4 (fromIntegral vlen :: Word32)
+  pokeByteOff p 4 (fromIntegral (vlen .|. kind `unsafeShiftL` 24) :: Word32)
   unsafeWithForeignPtr fp $ \k -> copyBytes (p `plusPtr` headerBytes) (k `plusPtr` off) klen
   write (p `plusPtr` (headerBytes + klen))
   count 1 size
@@ -179,10 +196,10 @@ recordValueBytes (Record p) = do
   vlen <- valueLength p
   BI.create vlen (\d -> copyBytes d (p `plusPtr` (headerBytes + klen)) vlen)
 
--- | Can a value of this length be written over the record's? Of the
--- same length only.
-recordFits :: Record -> Int -> IO Bool
-recordFits (Record p) vlen = (== vlen) <$> valueLength p
+-- | Can a value of this kind and length be written over the record's?
+-- Of the same kind and length only.
+recordFits :: Record -> Int -> Int -> IO Bool
+recordFits (Record p) kind vlen = (== (vlen .|. kind `unsafeShiftL` 24)) <$> valueWord p
 {-# INLINE recordFits #-}
 
 -- | Write the string over the record's value ('recordFits').
@@ -233,3 +250,29 @@ count n bytes = () <$ fetchAdd 0 n <* fetchAdd 1 bytes
 fetchAdd :: Int -> Int -> IO Int
 fetchAdd (I# i) (I# d) = case counts of
   MutableByteArray m -> IO (\s -> case fetchAddIntArray# m i d s of (# s1, old #) -> (# s1, I# old #))
+
+-- | The most items (elements, members) a collection has that a record
+-- holds (Note [Small values in records] in "Kv.Store").
+recordedItems :: Int
+recordedItems = 16
+
+-- | Strings joined into one, each after its length in 4 bytes: how a
+-- record holds the items of a small collection.
+joinStrings :: [ByteString] -> ByteString
+joinStrings xs = BI.unsafeCreate (sum (map ((+ 4) . B.length) xs)) (go xs)
+  where
+    go [] _ = return ()
+    go (x : rest) d = do
+      pokeByteOff d 0 (fromIntegral (B.length x) :: Word32)
+      bytesTo x (d `plusPtr` 4)
+      go rest (d `plusPtr` (4 + B.length x))
+
+-- | The strings 'joinStrings' joined, as slices of its result.
+splitStrings :: ByteString -> [ByteString]
+splitStrings b
+  | B.length b < 4 = []
+  | otherwise =
+      let n = fromIntegral (BU.unsafeIndex b 0) .|. fromIntegral (BU.unsafeIndex b 1) `unsafeShiftL` 8
+              .|. fromIntegral (BU.unsafeIndex b 2) `unsafeShiftL` 16 .|. fromIntegral (BU.unsafeIndex b 3) `unsafeShiftL` 24 :: Int
+          (x, rest) = B.splitAt n (BU.unsafeDrop 4 b)
+      in x : splitStrings rest

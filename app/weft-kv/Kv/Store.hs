@@ -11,10 +11,6 @@ module Kv.Store
   , validKeyColors
     -- * Values
   , Value (..)
-  , valuePart
-  , partValue
-  , scoredItems
-  , itemsScored
     -- * Clocks
   , Now (..)
   , readNow
@@ -49,18 +45,18 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
 import Data.Word (Word64)
-import GHC.Float (castDoubleToWord64, castWord64ToDouble)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Clock
-import Kv.Deque (Deque, dequeFromList, dequeToList)
+import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
 import Kv.Key (Key, keyHash, storedKey)
-import Kv.Members (Members, membersAscList, membersFromList)
-import Kv.Sorted (ZSet, zsetAsc, zsetFromAscList)
+import Kv.Members (Members, membersBytes, membersFromBytes)
+import Kv.Sorted (ZSet)
 import Kv.Table
 import Kv.Resp (Reply (..))
-import Kv.Record (Record, isRecord, noRecord, recordFits, recordNew, recordOverwrite, recordValue, recordable)
+import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNew, recordNewBytes, recordOverwrite,
+                  recordOverwriteBytes, recordValue, recordValueBytes, recordable)
 import Kv.Str (Str, prefetchStr, strClone, strFits, strLength, strOverwrite)
 import Kv.Waiters
 import Kv.Watches
@@ -113,61 +109,6 @@ data Value
   | VSet !Members
   | VHash !Members
   | VZSet !ZSet
-
--- Note [Values in parts]
--- ~~~~~~~~~~~~~~~~~~~~~~~
--- A command that carries a value from one key to another (RENAME, COPY)
--- reads it on the source's color and writes it on the destination's,
--- and what passes between its steps is a 'Reply' (Note [Multi-key
--- commands] in "Kv.Batch"). So the value travels as one: 'valuePart'
--- writes its expiry deadline, its type and its contents (a score as its
--- bits, so that it comes back exact), 'partValue' reads them back. A part
--- is never sent to a client; it copies the contents' spine, not their
--- bytes, but for a small string's (Note [Stored strings] in "Kv.Str").
-
--- | A value and its expiry deadline (0: none) as a part (Note [Values in
--- parts]). In IO, on the key's color: a hash's or set's members are read
--- out of their table.
-valuePart :: Int -> Value -> IO Reply
-valuePart deadline v = case v of
-  -- A copy, made as the part is: the source's bytes may be written over
-  -- before the part is read (Note [Stored strings] in "Kv.Str").
-  VString s -> let !c = strClone s in return (RArray [RInt deadline, RInt 0, RStored c])
-  VList xs -> return (part 1 (map RBulk (dequeToList xs)))
-  VSet xs -> part 2 . map (RBulk . fst) <$> membersAscList xs
-  VHash h -> part 3 . concatMap (\(f, x) -> [RBulk f, RBulk x]) <$> membersAscList h
-  VZSet z -> return (part 4 (scoredItems (zsetAsc z)))
-  where part tag xs = RArray (RInt deadline : RInt tag : xs)
-
--- | The expiry deadline of a part 'valuePart' wrote, and how to make its
--- value: each run of the action makes a value of its own (a hash or set
--- is a table that one key alone may hold).
-partValue :: Reply -> Maybe (Int, IO Value)
-partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
-  0 | [RStored s] <- xs -> Just (return (VString s))
-  1 -> return . VList . dequeFromList <$> traverse bulk xs
-  2 -> (\ms -> VSet <$> membersFromList [ (m, B.empty) | m <- ms ]) <$> traverse bulk xs
-  3 -> (\fxs -> VHash <$> membersFromList fxs) <$> pairs (\f x -> (,) f <$> bulk x) xs
-  4 -> return . VZSet . zsetFromAscList <$> itemsScored xs
-  _ -> Nothing
-  where
-    bulk (RBulk b) = Just b
-    bulk _ = Nothing
-    pairs f (RBulk a : b : rest) = (:) <$> f a b <*> pairs f rest
-    pairs _ [] = Just []
-    pairs _ _ = Nothing
-partValue _ = Nothing
-
--- | Scored members as a part's items: each member, then its score's bits
--- (so that it comes back exact).
-scoredItems :: [(Double, ByteString)] -> [Reply]
-scoredItems ms = concat [ [RBulk m, RInt (fromIntegral (castDoubleToWord64 sc))] | (sc, m) <- ms ]
-
--- | The scored members of items 'scoredItems' wrote.
-itemsScored :: [Reply] -> Maybe [(Double, ByteString)]
-itemsScored (RBulk m : RInt b : rest) = ((castWord64ToDouble (fromIntegral b), m) :) <$> itemsScored rest
-itemsScored [] = Just []
-itemsScored _ = Nothing
 
 -- | A key (Note [Keys in entries] in "Kv.Key") and what it holds, with
 -- its expiry if any: what a table's cell holds (Note [Slots in cells] in
@@ -347,10 +288,10 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
   found <- tableFind t h key
   if found < 0 then run t (-1) noKey Nothing Persistent 0 noRecord else do
     r <- tableRecord t found
-    -- A record's value, a copy (Note [Strings off the heap] in
-    -- "Kv.Record"); its stored key is not needed: 'putEntry' makes one
-    -- should the key move to the heap.
-    if isRecord r then recordValue r >>= \s -> run t found noKey (Just (VString s)) Persistent 0 r else do
+    -- A record's value, a copy (Note [Small values in records]); its
+    -- stored key is not needed: 'putEntry' makes one should the key
+    -- move to the heap.
+    if isRecord r then recordLive r >>= \v -> run t found noKey (Just v) Persistent 0 r else do
       stored <- tableValue t found
       let k = entryKey stored
           v = entryValue stored
@@ -382,8 +323,8 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
         -- A string of the stored one's length is written over it (Note
         -- [Stored strings] in "Kv.Str"), a record's likewise; another
         -- small string replaces the record.
-        Replace (VString new) | isRecord r, recordable key (strLength new) -> putRecord t i r key new
-        Fresh (VString new) | isRecord r, recordable key (strLength new) -> putRecord t i r key new
+        Replace new | isRecord r, Just rv <- recorded key new -> putRecord t i r key rv
+        Fresh new | isRecord r, Just rv <- recorded key new -> putRecord t i r key rv
         Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
         Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
@@ -433,26 +374,89 @@ replyOut r = case r of
 
 -- | Store a value and expiry in the key's slot (whose stored key and
 -- record are given: 'noKey' and a record, or a key and 'noRecord'), or
--- under a new slot if it has none (-1). A small string without expiry
--- goes in a record (Note [Strings off the heap] in "Kv.Record");
--- anything else in an entry, with a copy of the key if the slot has
--- none.
+-- under a new slot if it has none (-1). A small value without expiry
+-- goes in a record (Note [Small values in records]); anything else in an
+-- entry, with a copy of the key if the slot has none.
 putEntry :: Table Entry -> Int -> Int -> Record -> Key -> ByteString -> Value -> Expiry -> IO ()
-putEntry t h i r k key v e = case v of
-  VString s | Persistent <- e, recordable key (strLength s) ->
-    if i < 0 then recordNew key s >>= tableInsertRecord t h else putRecord t i r key s
+putEntry t h i r k key v e = case e of
+  Persistent | Just rv <- recorded key v ->
+    if i < 0 then newRecord key rv >>= tableInsertRecord t h else putRecord t i r key rv
   _ | i < 0 -> storedKey key >>= \k' -> tableInsert t h (entry k' v e)
     | otherwise -> do
         k' <- if isRecord r then storedKey key else return k
         tableSet t i (entry k' v e)
 
--- | Store a small string ('recordable') in the key's slot, whose record
--- is given ('noRecord' if its value is an entry): over the record's
--- value if it is of that length, else in a new record.
-putRecord :: Table Entry -> Int -> Record -> ByteString -> Str -> IO ()
-putRecord t i r key s = do
-  fits <- if isRecord r then recordFits r (strLength s) else return False
-  if fits then recordOverwrite r s else recordNew key s >>= tableSetRecord t i
+-- | Store a small value ('recorded') in the key's slot, whose record is
+-- given ('noRecord' if its value is an entry): over the record's value
+-- if it is of that kind and length, else in a new record.
+putRecord :: Table Entry -> Int -> Record -> ByteString -> Recorded -> IO ()
+putRecord t i r key rv = do
+  fits <- if isRecord r then recordFits r (recordedKind rv) (recordedLength rv) else return False
+  if fits
+    then case rv of
+      RecordedString s -> recordOverwrite r s
+      RecordedItems _ b -> recordOverwriteBytes r b
+    else newRecord key rv >>= tableSetRecord t i
+
+-- Note [Small values in records]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A key without an expiry whose value is small is a record off the heap
+-- (Note [Strings off the heap] in "Kv.Record"): a string below
+-- 'sharedBulkBytes', as its bytes; a list of at most 'recordedItems'
+-- elements, or a hash or set of at most that many members while a packed
+-- map ("Kv.Members"), as its items' bytes ('joinStrings') under 'kindList',
+-- 'kindSet' or 'kindHash', if they too are below 'sharedBulkBytes'. So a
+-- store of a million small lists, hashes or sets holds none of them on
+-- the collected heap. An operation on such a key gets the value decoded
+-- into a fresh one ('recordLive'), which it may keep or change as it
+-- likes, and the store encodes what it leaves ('recorded'): over the
+-- record's bytes if of the same kind and length, else in a new record.
+-- A value that grows past the limits, or a key given an expiry, moves to
+-- an entry on the heap.
+
+-- | A value as a record holds it (Note [Small values in records]).
+data Recorded
+  = RecordedString !Str
+  | RecordedItems !Int !ByteString
+    -- ^ the kind, and the items' bytes
+
+kindList, kindSet, kindHash :: Int
+kindList = 1
+kindSet = 2
+kindHash = 3
+
+-- | How a record would hold a value under a key, if it may.
+recorded :: ByteString -> Value -> Maybe Recorded
+recorded key v = case v of
+  VString s | recordable key (strLength s) -> Just (RecordedString s)
+  VList xs -> items kindList (dequeBytes xs)
+  VSet m -> items kindSet (membersBytes m)
+  VHash m -> items kindHash (membersBytes m)
+  _ -> Nothing
+  where
+    items kind (Just b) | recordable key (B.length b) = Just (RecordedItems kind b)
+    items _ _ = Nothing
+{-# INLINE recorded #-}
+
+recordedKind, recordedLength :: Recorded -> Int
+recordedKind (RecordedString _) = 0
+recordedKind (RecordedItems kind _) = kind
+recordedLength (RecordedString s) = strLength s
+recordedLength (RecordedItems _ b) = B.length b
+
+newRecord :: ByteString -> Recorded -> IO Record
+newRecord key (RecordedString s) = recordNew key s
+newRecord key (RecordedItems kind b) = recordNewBytes key kind b
+
+-- | The value a record holds, decoded into a value of its own.
+recordLive :: Record -> IO Value
+recordLive r = do
+  kind <- recordKind r
+  if kind == 0 then VString <$> recordValue r else do
+    b <- recordValueBytes r
+    return $! if kind == kindList then VList (dequeFromBytes b)
+              else if kind == kindSet then VSet (membersFromBytes b)
+              else VHash (membersFromBytes b)
 
 -- | The stored key of a key that has no slot yet: never read.
 noKey :: Key

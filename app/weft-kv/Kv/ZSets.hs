@@ -20,6 +20,7 @@ import qualified Data.Set as Set
 import Kv.Plan
 import Kv.Members (membersAscList)
 import Kv.Packed (packedToDescList)
+import Kv.Part (itemsScored, scoredItems)
 import Kv.Resp
 import Kv.Sorted
 import Kv.Store
@@ -248,7 +249,7 @@ zrandmemberOp count scored now _ v = Outcome Keep $ case v of
 -- its part back as a 'Reply' (Note [Multi-key commands] in "Kv.Batch").
 -- The sorted-set commands need every score exactly, so a part carries
 -- members and scores as pairs of elements: the member's 'RBulk' and the
--- score's bits in an 'RInt' ('scoredItems' in "Kv.Store", which RENAME's
+-- score's bits in an 'RInt' ('scoredItems' in "Kv.Part", which RENAME's
 -- and COPY's parts use too). A part is never sent to a client. A plain
 -- set's members score 1, as in redis.
 
