@@ -6,6 +6,8 @@ module Kv.Clock
   ( Now (..)
   , readNow
   , nowWallMicros
+  , timerHorizon
+  , timerDelay
   ) where
 
 import Data.IORef
@@ -64,3 +66,16 @@ wallOffset = unsafePerformIO (newIORef minBound)
 -- | The wall clock in microseconds since the epoch (TIME's reply).
 nowWallMicros :: Now -> Int
 nowWallMicros now = nowWall now * 1000 + (nowSeed now `quot` 1000) `rem` 1000
+
+-- | The longest delay an expiry timer is armed for, in milliseconds
+-- (about 12 days): redis accepts deadlines up to 2^63 ms away, far beyond
+-- what a timer's microsecond 'Int' holds, so a far deadline arms a timer
+-- for this long and 'Kv.Store.expireDue' arms the next one when it fires. (A key
+-- read after its deadline is gone whatever its timer says: the timer
+-- only reclaims the memory of keys nobody reads.)
+timerHorizon :: Int
+timerHorizon = 2 ^ (30 :: Int)
+
+-- | The delay of the timer for a deadline, in microseconds.
+timerDelay :: Int -> Int -> Int
+timerDelay now deadline = min timerHorizon (deadline - now) * 1000

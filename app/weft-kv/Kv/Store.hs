@@ -146,7 +146,7 @@ data Expiry
   | ExpiresAt !Int !TimeoutKey
     -- ^ The monotonic deadline in milliseconds, and the timer that deletes
     -- the key then (or, for a far deadline, that arms the next timer:
-    -- 'timerHorizon').
+    -- 'timerHorizon' in "Kv.Clock").
 
 ------------------------------------------------------------------------------
 -- Operations
@@ -479,22 +479,9 @@ cancel :: Expiry -> IO ()
 cancel Persistent = return ()
 cancel (ExpiresAt _ timer) = () <$ cancelTimeout timer
 
--- | The longest delay an expiry timer is armed for, in milliseconds
--- (about 12 days): redis accepts deadlines up to 2^63 ms away, far beyond
--- what a timer's microsecond 'Int' holds, so a far deadline arms a timer
--- for this long and 'expireDue' arms the next one when it fires. (A key
--- read after its deadline is gone whatever its timer says: the timer
--- only reclaims the memory of keys nobody reads.)
-timerHorizon :: Int
-timerHorizon = 2 ^ (30 :: Int)
-
--- | The delay of the timer for a deadline, in microseconds.
-timerDelay :: Int -> Int -> Int
-timerDelay now deadline = min timerHorizon (deadline - now) * 1000
-
 -- | A key's expiry timer for this deadline fired: delete the key if the
 -- deadline has come, or arm the next timer if it is beyond the one this
--- timer was armed for ('timerHorizon'; @arm@ as for 'runKeyOp'). A key
+-- timer was armed for ('timerHorizon' in "Kv.Clock"; @arm@ as for 'runKeyOp'). A key
 -- that was deleted or given another expiry since is left alone: its own
 -- timer deals with it. Must run as an event of the key's color.
 expireDue :: Store -> (ByteString -> Int -> Int -> IO TimeoutKey) -> ByteString -> Int -> IO ()
