@@ -18,20 +18,21 @@ module Kv.Members
   , membersRandom
   , membersPacked
   , smallMembers
-  , membersBytes
-  , membersFromBytes
+  , membersFlat
+  , membersReadFlat
   ) where
 
 import Control.Monad (foldM)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.List (sortOn)
-import Data.Word (Word64)
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr)
 
 import Kv.Key (Key, bytesHash, keyBytes, storedKey)
 import Kv.Packed
-import Kv.Record (isRecord, joinStrings, recordFits, recordKeyBytes, recordNewBytes, recordOverwriteBytes,
-                  recordValueBytes, recordable, recordedItems, splitStrings)
+import Kv.Record (isRecord, recordFits, recordKeyBytes, recordNewBytes, recordOverwriteBytes,
+                  recordValueBytes, recordable, recordedItems)
 import Kv.Table
 
 -- Note [Members in tables]
@@ -229,17 +230,15 @@ membersRandom m@(Large t) seed = do
     Nothing -> return Nothing
     Just k -> fmap ((,) k) <$> membersLookup m k
 
--- | A few members as bytes for a record of their key (Note [Small values
--- in records] in "Kv.Store"): each member and its value ('joinStrings'),
--- for a packed map of at most 'recordedItems' members; else 'Nothing'.
-membersBytes :: Members -> Maybe ByteString
-membersBytes (Small p)
-  | packedSize p <= recordedItems = Just (joinStrings (concatMap (\(k, v) -> [k, v]) (packedToAscList p)))
-membersBytes _ = Nothing
+-- | A few members as a flat copy for a record of their key (Note [Small
+-- values in records] in "Kv.Store", Note [Packed maps flat] in
+-- "Kv.Packed"): its length and its writer, for a packed map of at most
+-- 'recordedItems' members in one leaf; else 'Nothing'.
+membersFlat :: Members -> Maybe (Int, Ptr Word8 -> IO ())
+membersFlat (Small p)
+  | packedSize p <= recordedItems, Just n <- packedFlatSize p = Just (n, packedWriteFlat p)
+membersFlat _ = Nothing
 
--- | The members 'membersBytes' wrote.
-membersFromBytes :: ByteString -> Members
-membersFromBytes b = Small (packedFromAscList (pairs (splitStrings b)))
-  where
-    pairs (k : v : rest) = (k, v) : pairs rest
-    pairs _ = []
+-- | The members whose flat copy of the given length is at the address.
+membersReadFlat :: Ptr Word8 -> Int -> IO Members
+membersReadFlat p n = Small <$> packedReadFlat p n

@@ -22,6 +22,9 @@ module Kv.Packed
   , packedAscFrom
   , packedDescFrom
   , packedFromAscList
+  , packedFlatSize
+  , packedWriteFlat
+  , packedReadFlat
   , packedLeafSizes
   , packedBalanced
   ) where
@@ -32,7 +35,9 @@ import qualified Data.ByteString.Internal as BI
 import Data.Primitive.ByteArray
 import Data.Primitive.PrimArray
 import Control.Monad.Primitive (RealWorld)
-import Foreign.Ptr (plusPtr)
+import Data.Word (Word8)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
+import Foreign.Storable (peekElemOff, pokeElemOff)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import GHC.IO (unsafeDupablePerformIO)
 
@@ -524,3 +529,43 @@ packedBalanced (Packed t0) = ok t0
         && m == treeItems l + treeItems r + leafItems x
         && (treeLeaves l + treeLeaves r <= 1 || (treeLeaves l <= 3 * treeLeaves r && treeLeaves r <= 3 * treeLeaves l))
         && ok l && ok r
+
+------------------------------------------------------------------------------
+-- Flat copies
+
+-- Note [Packed maps flat]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~
+-- A map of one leaf can be kept outside the heap (Note [Small values in
+-- records] in "Kv.Store") as its leaf's two arrays one after the other:
+-- the number of ends, the ends, one word each, then the bytes. Writing
+-- it out and reading it back are two copies each, with no walk over the
+-- members.
+
+-- | The bytes a flat copy of the map takes, if it has at most one leaf.
+packedFlatSize :: Packed -> Maybe Int
+packedFlatSize (Packed Tip) = Just 8
+packedFlatSize (Packed (Bin 1 _ (Leaf b o) _ _)) = Just (8 + 8 * sizeofPrimArray o + sizeofByteArray b)
+packedFlatSize _ = Nothing
+
+-- | Write the flat copy of a map of at most one leaf ('packedFlatSize').
+packedWriteFlat :: Packed -> Ptr Word8 -> IO ()
+packedWriteFlat (Packed (Bin _ _ (Leaf b o) _ _)) d = do
+  let n = sizeofPrimArray o
+  pokeElemOff (castPtr d) 0 n
+  copyPrimArrayToPtr (castPtr d `plusPtr` 8) o 0 n
+  copyByteArrayToPtr (d `plusPtr` (8 + 8 * n) :: Ptr Word8) b 0 (sizeofByteArray b)
+packedWriteFlat _ d = pokeElemOff (castPtr d) 0 (0 :: Int)
+
+-- | The map whose flat copy of the given length is at the address.
+packedReadFlat :: Ptr Word8 -> Int -> IO Packed
+packedReadFlat p len = do
+  n <- peekElemOff (castPtr p) 0 :: IO Int
+  if n <= 1 then return packedEmpty else do
+    mo <- newByteArray (8 * n)
+    copyIn (p `plusPtr` 8) mo 0 (8 * n)
+    let nbytes = len - 8 - 8 * n
+    mb <- newByteArray nbytes
+    copyIn (p `plusPtr` (8 + 8 * n)) mb 0 nbytes
+    ByteArray o <- unsafeFreezeByteArray mo
+    x <- (\b -> Leaf b (PrimArray o)) <$> unsafeFreezeByteArray mb
+    return (Packed (node x Tip Tip))

@@ -10,7 +10,11 @@ module Kv.Record
   , recordable
   , recordNew
   , recordNewBytes
+  , recordNewWith
+  , recordOverwriteWith
+  , recordReadWith
   , recordKind
+  , pokeBytes
   , joinStrings
   , splitStrings
   , recordedItems
@@ -120,17 +124,17 @@ recordKind (Record p) = (`unsafeShiftR` 24) <$> valueWord p
 
 -- | A new record of a key and a small value ('recordable').
 recordNew :: ByteString -> Str -> IO Record
-recordNew key v = recordWith key 0 (strLength v) (\d -> () <$ writeStr d v)
+recordNew key v = recordNewWith key 0 (strLength v) (\d -> () <$ writeStr d v)
 
 -- | A new record of a key and a small value given as bytes
 -- ('recordable'), of a kind from 0 (a string) to 255.
 recordNewBytes :: ByteString -> Int -> ByteString -> IO Record
-recordNewBytes key kind v = recordWith key kind (B.length v) (bytesTo v)
+recordNewBytes key kind v = recordNewWith key kind (B.length v) (pokeBytes v)
 
 -- | A new record of a key and a value of the given kind and length,
 -- which the writer puts at the address it is given.
-recordWith :: ByteString -> Int -> Int -> (Ptr Word8 -> IO ()) -> IO Record
-recordWith (BI.PS fp off klen) kind vlen write = do
+recordNewWith :: ByteString -> Int -> Int -> (Ptr Word8 -> IO ()) -> IO Record
+recordNewWith (BI.PS fp off klen) kind vlen write = do
   let size = headerBytes + klen + vlen
   p <- mallocBytes size
   pokeByteOff p 0 (fromIntegral klen :: Word32)
@@ -139,11 +143,12 @@ recordWith (BI.PS fp off klen) kind vlen write = do
   write (p `plusPtr` (headerBytes + klen))
   count 1 size
   return (Record p)
-{-# INLINE recordWith #-}
+{-# INLINE recordNewWith #-}
 
--- | Copy a string's bytes to an address.
-bytesTo :: ByteString -> Ptr Word8 -> IO ()
-bytesTo (BI.PS fp off len) d = unsafeWithForeignPtr fp $ \b -> copyBytes d (b `plusPtr` off) len
+-- | Copy a string's bytes to an address (as 'Kv.Str.writeStr' does a
+-- stored string's).
+pokeBytes :: ByteString -> Ptr Word8 -> IO ()
+pokeBytes (BI.PS fp off len) d = unsafeWithForeignPtr fp $ \b -> copyBytes d (b `plusPtr` off) len
 
 -- | Is the record's key this string?
 recordKeyIs :: Record -> ByteString -> IO Bool
@@ -208,11 +213,26 @@ recordOverwrite (Record p) v = do
   klen <- keyLength p
   () <$ writeStr (p `plusPtr` (headerBytes + klen)) v
 
+-- | Write over the record's value with the writer, given the value's
+-- address ('recordFits').
+recordOverwriteWith :: Record -> (Ptr Word8 -> IO ()) -> IO ()
+recordOverwriteWith (Record p) write = do
+  klen <- keyLength p
+  write (p `plusPtr` (headerBytes + klen))
+
+-- | Read the record's value with the reader, given its address and
+-- length; the reader copies out what it keeps.
+recordReadWith :: Record -> (Ptr Word8 -> Int -> IO a) -> IO a
+recordReadWith (Record p) readAt = do
+  klen <- keyLength p
+  vlen <- valueLength p
+  readAt (p `plusPtr` (headerBytes + klen)) vlen
+
 -- | Write the bytes over the record's value ('recordFits').
 recordOverwriteBytes :: Record -> ByteString -> IO ()
 recordOverwriteBytes (Record p) v = do
   klen <- keyLength p
-  bytesTo v (p `plusPtr` (headerBytes + klen))
+  pokeBytes v (p `plusPtr` (headerBytes + klen))
 
 -- | Give the record's memory back. Nothing may read it after.
 recordFree :: Record -> IO ()
@@ -264,7 +284,7 @@ joinStrings xs = BI.unsafeCreate (sum (map ((+ 4) . B.length) xs)) (go xs)
     go [] _ = return ()
     go (x : rest) d = do
       pokeByteOff d 0 (fromIntegral (B.length x) :: Word32)
-      bytesTo x (d `plusPtr` 4)
+      pokeBytes x (d `plusPtr` 4)
       go rest (d `plusPtr` (4 + B.length x))
 
 -- | The strings 'joinStrings' joined, as slices of its result.

@@ -44,20 +44,21 @@ import Data.Bits (shiftR, (.&.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.Primitive.Array (Array, arrayFromListN, indexArray, sizeofArray)
-import Data.Word (Word64)
+import Data.Word (Word64, Word8)
+import Foreign.Ptr (Ptr)
 
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Clock
 import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
 import Kv.Key (Key, keyHash, storedKey)
-import Kv.Members (Members, membersBytes, membersFromBytes)
+import Kv.Members (Members, membersFlat, membersReadFlat)
 import Kv.Sorted (ZSet)
 import Kv.Table
 import Kv.Resp (Reply (..))
-import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNew, recordNewBytes, recordOverwrite,
-                  recordOverwriteBytes, recordValue, recordValueBytes, recordable)
-import Kv.Str (Str, prefetchStr, strClone, strFits, strLength, strOverwrite)
+import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwriteWith, recordReadWith,
+                  recordValue, recordValueBytes, recordable, pokeBytes)
+import Kv.Str (Str, prefetchStr, strClone, strFits, strLength, strOverwrite, writeStr)
 import Kv.Waiters
 import Kv.Watches
 
@@ -390,13 +391,9 @@ putEntry t h i r k key v e = case e of
 -- given ('noRecord' if its value is an entry): over the record's value
 -- if it is of that kind and length, else in a new record.
 putRecord :: Table Entry -> Int -> Record -> ByteString -> Recorded -> IO ()
-putRecord t i r key rv = do
-  fits <- if isRecord r then recordFits r (recordedKind rv) (recordedLength rv) else return False
-  if fits
-    then case rv of
-      RecordedString s -> recordOverwrite r s
-      RecordedItems _ b -> recordOverwriteBytes r b
-    else newRecord key rv >>= tableSetRecord t i
+putRecord t i r key rv@(Recorded kind n write) = do
+  fits <- if isRecord r then recordFits r kind n else return False
+  if fits then recordOverwriteWith r write else newRecord key rv >>= tableSetRecord t i
 
 -- Note [Small values in records]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -404,8 +401,10 @@ putRecord t i r key rv = do
 -- (Note [Strings off the heap] in "Kv.Record"): a string below
 -- 'sharedBulkBytes', as its bytes; a list of at most 'recordedItems'
 -- elements, or a hash or set of at most that many members while a packed
--- map ("Kv.Members"), as its items' bytes ('joinStrings') under 'kindList',
--- 'kindSet' or 'kindHash', if they too are below 'sharedBulkBytes'. So a
+-- map of one leaf ("Kv.Members"), under 'kindList', 'kindSet' or
+-- 'kindHash': a list as its elements' bytes ('joinStrings'), a hash or
+-- set as its leaf (Note [Packed maps flat] in "Kv.Packed"), if these too
+-- are below 'sharedBulkBytes'. So a
 -- store of a million small lists, hashes or sets holds none of them on
 -- the collected heap. An operation on such a key gets the value decoded
 -- into a fresh one ('recordLive'), which it may keep or change as it
@@ -414,11 +413,9 @@ putRecord t i r key rv = do
 -- A value that grows past the limits, or a key given an expiry, moves to
 -- an entry on the heap.
 
--- | A value as a record holds it (Note [Small values in records]).
-data Recorded
-  = RecordedString !Str
-  | RecordedItems !Int !ByteString
-    -- ^ the kind, and the items' bytes
+-- | A value as a record would hold it (Note [Small values in records]):
+-- its kind, its length, and what writes it at an address.
+data Recorded = Recorded !Int !Int (Ptr Word8 -> IO ())
 
 kindList, kindSet, kindHash :: Int
 kindList = 1
@@ -428,35 +425,25 @@ kindHash = 3
 -- | How a record would hold a value under a key, if it may.
 recorded :: ByteString -> Value -> Maybe Recorded
 recorded key v = case v of
-  VString s | recordable key (strLength s) -> Just (RecordedString s)
-  VList xs -> items kindList (dequeBytes xs)
-  VSet m -> items kindSet (membersBytes m)
-  VHash m -> items kindHash (membersBytes m)
+  VString s | recordable key (strLength s) -> Just (Recorded 0 (strLength s) (\d -> () <$ writeStr d s))
+  VList xs | Just b <- dequeBytes xs -> fits kindList (B.length b, pokeBytes b)
+  VSet m | Just w <- membersFlat m -> fits kindSet w
+  VHash m | Just w <- membersFlat m -> fits kindHash w
   _ -> Nothing
   where
-    items kind (Just b) | recordable key (B.length b) = Just (RecordedItems kind b)
-    items _ _ = Nothing
+    fits kind (n, write) = if recordable key n then Just (Recorded kind n write) else Nothing
 {-# INLINE recorded #-}
 
-recordedKind, recordedLength :: Recorded -> Int
-recordedKind (RecordedString _) = 0
-recordedKind (RecordedItems kind _) = kind
-recordedLength (RecordedString s) = strLength s
-recordedLength (RecordedItems _ b) = B.length b
-
 newRecord :: ByteString -> Recorded -> IO Record
-newRecord key (RecordedString s) = recordNew key s
-newRecord key (RecordedItems kind b) = recordNewBytes key kind b
+newRecord key (Recorded kind n write) = recordNewWith key kind n write
 
 -- | The value a record holds, decoded into a value of its own.
 recordLive :: Record -> IO Value
 recordLive r = do
   kind <- recordKind r
-  if kind == 0 then VString <$> recordValue r else do
-    b <- recordValueBytes r
-    return $! if kind == kindList then VList (dequeFromBytes b)
-              else if kind == kindSet then VSet (membersFromBytes b)
-              else VHash (membersFromBytes b)
+  if kind == 0 then VString <$> recordValue r
+  else if kind == kindList then VList . dequeFromBytes <$> recordValueBytes r
+  else recordReadWith r $ \p n -> (if kind == kindSet then VSet else VHash) <$> membersReadFlat p n
 
 -- | The stored key of a key that has no slot yet: never read.
 noKey :: Key
