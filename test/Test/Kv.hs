@@ -40,6 +40,7 @@ import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.POSIX (getPOSIXTime)
 import Data.List (sort, sortOn, zip4, (\\))
+import Data.Containers.ListUtils (nubOrd)
 import qualified Data.Map.Strict as Map
 import Network.Socket (SockAddr (..))
 import qualified Network.Socket as N
@@ -1300,6 +1301,35 @@ serverSpec = do
     held 3
     cmd c ["DEL", "rec:s", "rec:l", "rec:h", "rec:t"] `shouldReturn` RInt 4
     held 0
+
+  it "picks members of a large set and hash at random for a count: distinct ones, or with repeats, all members" $ \addr ->
+   withClient addr $ \c -> do
+    -- 200 members: a table, and counts under a quarter of it are drawn
+    -- pick by pick, where repeats are likely.
+    let members = [ C.pack ("m" ++ show i) | i <- [1 .. 200 :: Int] ]
+        inSet x = x `elem` members
+        bulks r = case r of RArray xs -> [ b | RBulk b <- xs ]; _ -> []
+    cmd c ("SADD" : "pick:s" : members) `shouldReturn` RInt 200
+    cmd c ("HSET" : "pick:h" : concat [ [m, m] | m <- members ]) `shouldReturn` RInt 200
+    forM_ [1 .. 20 :: Int] $ \_ -> do
+      distinct <- bulks <$> cmd c ["SRANDMEMBER", "pick:s", "49"]
+      length distinct `shouldBe` 49
+      length (nubOrd distinct) `shouldBe` 49
+      distinct `shouldSatisfy` all inSet
+      repeated <- bulks <$> cmd c ["SRANDMEMBER", "pick:s", "-30"]
+      length repeated `shouldBe` 30
+      repeated `shouldSatisfy` all inSet
+      fields <- bulks <$> cmd c ["HRANDFIELD", "pick:h", "40", "WITHVALUES"]
+      length fields `shouldBe` 80
+      [ f | (f, i) <- zip fields [0 :: Int ..], even i ] `shouldBe` [ v | (v, i) <- zip fields [0 :: Int ..], odd i ]
+      length (nubOrd fields) `shouldBe` 40
+    popped <- bulks <$> cmd c ["SPOP", "pick:s", "40"]
+    length popped `shouldBe` 40
+    length (nubOrd popped) `shouldBe` 40
+    popped `shouldSatisfy` all inSet
+    cmd c ["SCARD", "pick:s"] `shouldReturn` RInt 160
+    cmd c ("SMISMEMBER" : "pick:s" : take 5 popped) `shouldReturn` RArray (replicate 5 (RInt 0))
+    cmd c ["DEL", "pick:s", "pick:h"] `shouldReturn` RInt 2
 
   it "runs the list, set, hash and sorted-set commands" $ \addr -> withClient addr $ \c -> do
     run c [ ["LPUSH", "l", "a", "b"], ["RPUSH", "l", "c"], ["LRANGE", "l", "0", "-1"]

@@ -42,9 +42,11 @@ import Control.Monad (foldM)
 import Data.Bits (shiftR, xor)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
+import Data.Maybe (catMaybes)
+import qualified Data.Set as Set
 import Data.Word (Word64)
 
-import Kv.Members (Members, membersPacked, membersRemove, membersSize)
+import Kv.Members (Members, membersPacked, membersRandom, membersRemove, membersSize, smallMembers)
 import Kv.Packed (Packed, packedAt, packedDeleteAt, packedSize, packedToAscList)
 import Kv.Resp
 import Kv.Store
@@ -305,10 +307,26 @@ randomItems now c s whole
     at r = packedAt (fromIntegral (r `mod` fromIntegral (packedSize s))) s
 
 -- | A hash's or set's members chosen at random for a count, as
--- 'randomItems' chooses them, in byte order where all are taken. Picks
--- by rank, in a packed map: once the members are a table, a count's pick
--- costs a walk over it (a single pick does not: 'Kv.Members.membersRandom').
+-- 'randomItems' chooses them, in byte order where all are taken. From a
+-- table of many members, a count small against its size (or negative:
+-- with repeats) is drawn pick by pick ('membersRandom', near uniform),
+-- distinct ones until there are enough; else the members are read into a
+-- packed map and picked by rank, a walk over them all.
 membersRandomItems :: Now -> Int -> Members -> IO [(ByteString, ByteString)]
 membersRandomItems now c m = do
-  p <- membersPacked m
-  return (randomItems now c p (packedToAscList p))
+  n <- membersSize m
+  if n > smallMembers && 4 * c < n
+    then if c < 0 then catMaybes <$> mapM (membersRandom m) (take (negate c) rs) else distinct c Set.empty [] rs
+    else do
+      p <- membersPacked m
+      return (randomItems now c p (packedToAscList p))
+  where
+    rs = randoms (clockSeed now)
+    distinct :: Int -> Set.Set ByteString -> [(ByteString, ByteString)] -> [Word64] -> IO [(ByteString, ByteString)]
+    distinct 0 _ acc _ = return (reverse acc)
+    distinct k seen acc (r : rest) = do
+      picked <- membersRandom m r
+      case picked of
+        Just x@(f, _) | not (Set.member f seen) -> distinct (k - 1) (Set.insert f seen) (x : acc) rest
+        _ -> distinct k seen acc rest
+    distinct _ _ acc [] = return (reverse acc)

@@ -57,16 +57,21 @@ import Kv.Str (Str, sharedBulkBytes, strFromPtr, strLength, writeStr)
 -- whose value is a string below 'sharedBulkBytes' is kept as a record
 -- ('recordable'):
 -- one block from @malloc@ holding the key's and the value's lengths
--- (4 bytes each), the key's bytes and the value's, which the collector
+-- (4 bytes each, the value's with its kind in the top byte:
+-- 'recordKind'), the key's bytes and the value's, which the collector
 -- never sees. A color's table holds the record's address in an unboxed
 -- array beside its hashes (Note [Records in slots] in "Kv.Table"), and no
--- heap object at all stands for the key.
+-- heap object at all stands for the key. A small list, hash or set is
+-- kept so too, its items as bytes of another kind (Note [Small values in
+-- records] in "Kv.Store"), and so are a large hash's fields and values
+-- and a large set's members, each in its own table (Note [Members in
+-- tables] in "Kv.Members").
 --
 -- A record belongs to its table's slot alone. Whoever reads it copies
 -- out what it needs at once ('recordValue', 'recordKeyBytes', in IO),
 -- since the next write to the key may write
 -- the value's bytes in place ('recordOverwrite', a value of the same
--- length) or free the record (any other write, or the key's deletion).
+-- kind and length) or free the record (any other write, or the key's deletion).
 -- The table frees a slot's record when the slot changes to another
 -- record or to a heap entry, when the key is deleted, and when the table
 -- is cleared ('recordFree'). 'recordsLive' counts the records made and
