@@ -107,15 +107,15 @@ membersSize (Large t) = tableSize t
 {-# INLINE membersSize #-}
 
 -- | The slot of a member in a table, or -1.
-slotOf :: Table Big -> ByteString -> IO Int
-slotOf t k = tableFind t (bytesHash k) k
-{-# INLINE slotOf #-}
+memberSlot :: Table Big -> ByteString -> IO Int
+memberSlot t k = tableFind t (bytesHash k) k
+{-# INLINE memberSlot #-}
 
 -- | A member's value (a copy), if it is there.
 membersLookup :: Members -> ByteString -> IO (Maybe ByteString)
 membersLookup (Small p) k = return (packedLookup k p)
 membersLookup (Large t) k = do
-  i <- slotOf t k
+  i <- memberSlot t k
   if i < 0 then return Nothing else Just <$> valueAt t i
 
 -- | The value in a slot, a copy.
@@ -126,7 +126,7 @@ valueAt t i = do
 
 membersHas :: Members -> ByteString -> IO Bool
 membersHas (Small p) k = return (maybe False (const True) (packedFind k p))
-membersHas (Large t) k = (>= 0) <$> slotOf t k
+membersHas (Large t) k = (>= 0) <$> memberSlot t k
 
 -- | Give a member this value (both copied in): what the key holds now,
 -- and whether the member is new.
@@ -147,7 +147,7 @@ membersPut m@(Large t) k v = do
 
 -- | Give a member of a table this value: whether it is new.
 tablePut :: Table Big -> ByteString -> ByteString -> IO Bool
-tablePut t k v = slotOf t k >>= putAt t k v
+tablePut t k v = memberSlot t k >>= putAt t k v
 
 -- | Give a member of a table, found in slot i (-1: not there), this
 -- value: whether it is new.
@@ -176,7 +176,7 @@ membersAdd m@(Small p) k v
   | Just _ <- packedFind k p = return (m, False)
   | otherwise = membersPut m k v
 membersAdd m@(Large t) k v = do
-  i <- slotOf t k
+  i <- memberSlot t k
   if i >= 0 then return (m, False) else do
     _ <- putAt t k v i
     return (m, True)
@@ -189,7 +189,7 @@ membersRemove m@(Small p) k
   | otherwise = return (m, False)
   where !p' = packedDelete k p
 membersRemove m@(Large t) k = do
-  i <- slotOf t k
+  i <- memberSlot t k
   if i < 0 then return (m, False) else (m, True) <$ tableDelete t i
 {-# INLINE membersRemove #-}
 

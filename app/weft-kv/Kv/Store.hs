@@ -174,8 +174,9 @@ data Outcome
 -- hash's or set's members are a mutable table (Note [Members in tables]
 -- in "Kv.Members"), so an operation on one answers 'InPlace': an action
 -- that 'runKeyOp' runs at once on the key's color, which reads or changes
--- the table and then gives the outcome: 'Replace' with the same value if
--- it changed the table (so that watchers see it, Note [Transactions] in
+-- the table and then gives the outcome: 'Replace' with what the key then
+-- holds (the same table, or a new packed map for a small one) if it
+-- changed anything (so that watchers see it, Note [Transactions] in
 -- "Kv.Transaction"), 'Delete' if it emptied it, 'Keep' if it changed
 -- nothing. Whatever its reply carries it has copied out, since the next
 -- operation may change the table.
@@ -316,7 +317,7 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
     -- none or a record), its live value, expiry and deadline (0 if
     -- none), and its record ('noRecord' if none).
     run t i k live expiry deadlineOf r = do
-      (update, reply0) <- settle (op clocks deadlineOf live)
+      (update, reply0) <- runOutcome (op clocks deadlineOf live)
       -- Before the update, which may write the stored string's bytes. A
       -- record's value is a copy already.
       reply <- if isRecord r then return reply0 else replyOut reply0
@@ -361,9 +362,9 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
 
 -- | An outcome, its action run if it changes its value in place (Note
 -- [Values changed in place]).
-settle :: Outcome -> IO (Update, Reply)
-settle (Outcome u r) = return (u, r)
-settle (InPlace act) = act >>= settle
+runOutcome :: Outcome -> IO (Update, Reply)
+runOutcome (Outcome u r) = return (u, r)
+runOutcome (InPlace act) = act >>= runOutcome
 
 -- | A reply as it leaves the key's color: a stored string in it is a copy
 -- (Note [Stored strings] in "Kv.Str").
