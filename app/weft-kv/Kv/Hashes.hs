@@ -46,25 +46,25 @@ hsetCommand (k : fvs)
     pairs _ = []
 hsetCommand [] = Answer syntaxError
 
--- | A hash's operation in place (Note [Values changed in place] in
--- "Kv.Store"): on the hash's fields, or for no key on a new hash's if
--- @create@ (else the outcome is @missing@); WRONGTYPE for another type.
-onHash :: Bool -> Outcome -> (Members -> IO Outcome) -> Maybe Value -> Outcome
-onHash create missing act v = case v of
-  Nothing | create -> InPlace (act emptyMembers)
-          | otherwise -> missing
-  Just (VHash h) -> InPlace (act h)
-  Just _ -> Outcome Keep wrongType
+-- | A hash's fields, if the value is a hash.
+hashOf :: Value -> Maybe Members
+hashOf (VHash h) = Just h
+hashOf _ = Nothing
+
+-- | A write in place to a hash's fields ('onMembers'), a new hash's for
+-- no key.
+hashWrite :: (Members -> IO Outcome) -> Maybe Value -> Outcome
+hashWrite act = onMembers hashOf (InPlace (act emptyMembers)) act
 
 -- | A read of a hash: the reply from its fields, @missing@ for no key,
 -- WRONGTYPE for another type.
 hashRead :: Reply -> (Members -> IO Reply) -> KeyOp
-hashRead missing answer _ _ = onHash False (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+hashRead missing answer _ _ = onMembers hashOf (Outcome Keep missing) (fmap (Outcome Keep) . answer)
 
 -- | HSET and HMSET, given the fields and values as slices of the request
 -- (the hash copies them in): how many fields are new.
 hsetOp :: [(ByteString, ByteString)] -> KeyOp
-hsetOp fvs _ _ = onHash True (Outcome Keep wrongType) (go 0 fvs)
+hsetOp fvs _ _ = hashWrite (go 0 fvs)
   where
     go :: Int -> [(ByteString, ByteString)] -> Members -> IO Outcome
     go !added ((f, x) : rest) h = membersPut h f x >>= \(h', new) -> go (if new then added + 1 else added) rest h'
@@ -75,7 +75,7 @@ hgetOp f = hashRead RNil (fmap (maybe RNil RBulk) . (`membersLookup` f))
 
 -- | HDEL: how many of the fields were there; an emptied hash goes.
 hdelOp :: [ByteString] -> KeyOp
-hdelOp = removeMembers (\x -> case x of VHash h -> Just h; _ -> Nothing) VHash
+hdelOp = removeMembers hashOf VHash
 
 -- | HGETALL: fields and values, alternating, in no order a client may
 -- rely on (as SMEMBERS).
@@ -97,7 +97,7 @@ hmsetCommand [] = Answer syntaxError
 
 -- | HSETNX: set a field only if the hash does not have it.
 hsetnxOp :: ByteString -> ByteString -> KeyOp
-hsetnxOp f x _ _ = onHash True (Outcome Keep wrongType) $ \h0 -> do
+hsetnxOp f x _ _ = hashWrite $ \h0 -> do
   (h, added) <- membersAdd h0 f x
   return (if added then Outcome (Replace (VHash h)) (RInt 1) else Outcome Keep (RInt 0))
 
@@ -109,7 +109,7 @@ hmgetOp fs = hashRead (RArray (map (const RNil) fs)) $ \h ->
 -- | HINCRBY: add to a field's integer (0 if missing), with redis's checks.
 -- A new hash whose increment fails is not kept.
 hincrbyOp :: ByteString -> Int -> KeyOp
-hincrbyOp f d _ _ = onHash True (Outcome Keep wrongType) $ \h -> do
+hincrbyOp f d _ _ = hashWrite $ \h -> do
   old <- membersLookup h f
   case maybe (Just 0) readInteger old of
     Nothing -> return (Outcome Keep (RError "ERR hash value is not an integer"))
@@ -122,7 +122,7 @@ hincrbyOp f d _ _ = onHash True (Outcome Keep wrongType) $ \h -> do
           return (Outcome (Replace (VHash h')) (RInt n'))
 
 hlenOp :: KeyOp
-hlenOp = sizeOp (\x -> case x of VHash h -> Just (membersSize h); _ -> Nothing)
+hlenOp = sizeOp (fmap membersSize . hashOf)
 
 -- | HRANDFIELD key [count [WITHVALUES]]: a random field (nil without the
 -- hash); with a count, up to that many distinct fields, or, for a
@@ -143,7 +143,7 @@ hincrbyfloatCommand :: ByteString -> ByteString -> ByteString -> Plan
 hincrbyfloatCommand k f incr = case finiteLongDouble incr of
   Nothing -> Answer (RError "ERR value is not a valid float")
   Just False -> Answer (RError "ERR value is NaN or Infinity")
-  Just True -> OnKey k $ \_ _ -> onHash True (Outcome Keep wrongType) $ \h -> do
+  Just True -> OnKey k $ \_ _ -> hashWrite $ \h -> do
     old <- membersLookup h f
     case addLongDouble old incr of
       Sum r -> (\(h', _) -> Outcome (Replace (VHash h')) (RBulk r)) <$> membersPut h f r

@@ -26,6 +26,7 @@ import Control.Monad (foldM)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.List (sortOn)
+import Data.Maybe (isJust)
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (Ptr)
 
@@ -125,7 +126,7 @@ valueAt t i = do
   if isRecord r then recordValueBytes r else (\(Big _ v) -> v) <$> tableValue t i
 
 membersHas :: Members -> ByteString -> IO Bool
-membersHas (Small p) k = return (maybe False (const True) (packedFind k p))
+membersHas (Small p) k = return (isJust (packedFind k p))
 membersHas (Large t) k = (>= 0) <$> memberSlot t k
 
 -- | Give a member this value (both copied in): what the key holds now,

@@ -25,6 +25,7 @@ module Kv.Plan
   , sizeOp
   , removeFrom
   , removeMembers
+  , onMembers
   , answering
   , Combine (..)
     -- * Random choices
@@ -214,17 +215,21 @@ removeFrom view wrap remove size items _ _ v = case v of
 -- picks it out of the right type), in place: how many were there. A key
 -- whose table empties goes; one of another type is WRONGTYPE.
 removeMembers :: (Value -> Maybe Members) -> (Members -> Value) -> [ByteString] -> KeyOp
-removeMembers view wrap items _ _ v = case v of
-  Nothing -> Outcome Keep (RInt 0)
-  Just value -> case view value of
-    Nothing -> Outcome Keep wrongType
-    Just m0 -> InPlace $ do
-      (m, removed) <- foldM (\(m, n) x -> fmap (\was -> n + fromEnum was) <$> membersRemove m x) (m0, 0) items
-      left <- membersSize m
-      let update | removed == 0 = Keep
-                 | left == 0 = Delete
-                 | otherwise = Replace (wrap m)
-      return (Outcome update (RInt removed))
+removeMembers view wrap items _ _ = onMembers view (Outcome Keep (RInt 0)) $ \m0 -> do
+  (m, removed) <- foldM (\(m, n) x -> fmap (\was -> n + fromEnum was) <$> membersRemove m x) (m0, 0) items
+  left <- membersSize m
+  let update | removed == 0 = Keep
+             | left == 0 = Delete
+             | otherwise = Replace (wrap m)
+  return (Outcome update (RInt removed))
+
+-- | An operation in place on a hash's or set's members (Note [Values
+-- changed in place] in "Kv.Store"; @view@ picks them out of a value of
+-- the right type): @missing@ for no key, WRONGTYPE for another type.
+onMembers :: (Value -> Maybe Members) -> Outcome -> (Members -> IO Outcome) -> Maybe Value -> Outcome
+onMembers view missing act v = case v of
+  Nothing -> missing
+  Just x -> maybe (Outcome Keep wrongType) (InPlace . act) (view x)
 
 -- | The operation with another reply where it succeeds (an error, such
 -- as WRONGTYPE, stands): SMOVE and LMOVE add with SADD's and LPUSH's

@@ -194,17 +194,11 @@ recordKeyBytes (Record p) = do
 
 -- | A copy of the record's value.
 recordValue :: Record -> IO Str
-recordValue (Record p) = do
-  klen <- keyLength p
-  vlen <- valueLength p
-  strFromPtr (p `plusPtr` (headerBytes + klen)) vlen
+recordValue r = recordReadWith r strFromPtr
 
 -- | A copy of the record's value as a string of its own.
 recordValueBytes :: Record -> IO ByteString
-recordValueBytes (Record p) = do
-  klen <- keyLength p
-  vlen <- valueLength p
-  BI.create vlen (\d -> copyBytes d (p `plusPtr` (headerBytes + klen)) vlen)
+recordValueBytes r = recordReadWith r (\p vlen -> BI.create vlen (\d -> copyBytes d p vlen))
 
 -- | Can a value of this kind and length be written over the record's?
 -- Of the same kind and length only.
@@ -214,9 +208,7 @@ recordFits (Record p) kind vlen = (== (vlen .|. kind `unsafeShiftL` 24)) <$> val
 
 -- | Write the string over the record's value ('recordFits').
 recordOverwrite :: Record -> Str -> IO ()
-recordOverwrite (Record p) v = do
-  klen <- keyLength p
-  () <$ writeStr (p `plusPtr` (headerBytes + klen)) v
+recordOverwrite r v = recordOverwriteWith r (\d -> () <$ writeStr d v)
 
 -- | Write over the record's value with the writer, given the value's
 -- address ('recordFits').
@@ -235,9 +227,7 @@ recordReadWith (Record p) readAt = do
 
 -- | Write the bytes over the record's value ('recordFits').
 recordOverwriteBytes :: Record -> ByteString -> IO ()
-recordOverwriteBytes (Record p) v = do
-  klen <- keyLength p
-  pokeBytes v (p `plusPtr` (headerBytes + klen))
+recordOverwriteBytes r v = recordOverwriteWith r (pokeBytes v)
 
 -- | Give the record's memory back. Nothing may read it after.
 recordFree :: Record -> IO ()

@@ -43,14 +43,14 @@ setCommands =
   , ("SMOVE", (Exactly 3, \[src, dst, m] -> smoveCommand src dst m))
   ]
 
--- | A set's operation in place (Note [Values changed in place] in
--- "Kv.Store"): @missing@ for no key, the action on the set's members,
--- WRONGTYPE for another type.
+-- | A set's members, if the value is a set.
+setOf :: Value -> Maybe Members
+setOf (VSet s) = Just s
+setOf _ = Nothing
+
+-- | A set's operation in place ('onMembers'): @missing@ for no key.
 onSet :: Outcome -> (Members -> IO Outcome) -> Maybe Value -> Outcome
-onSet missing act v = case v of
-  Nothing -> missing
-  Just (VSet s) -> InPlace (act s)
-  Just _ -> Outcome Keep wrongType
+onSet = onMembers setOf
 
 -- | A read of a set: the reply from its members, @missing@ for no key.
 setRead :: Reply -> (Members -> IO Reply) -> Maybe Value -> Outcome
@@ -59,9 +59,7 @@ setRead missing answer = onSet (Outcome Keep missing) (fmap (Outcome Keep) . ans
 -- | SADD. The members are slices of the request: those not in the set are
 -- copied in, and a set that gains none stays as it is.
 saddOp :: [ByteString] -> KeyOp
-saddOp ms _ _ v = case v of
-  Nothing -> InPlace (add emptyMembers)
-  _ -> onSet (Outcome Keep wrongType) add v
+saddOp ms _ _ = onSet (InPlace (add emptyMembers)) add
   where
     add = go 0 ms
     go :: Int -> [ByteString] -> Members -> IO Outcome
@@ -102,11 +100,11 @@ srandmemberOp count now _ = setRead (if count == Nothing then RNil else RArray [
   Just c -> RArray . map (RBulk . fst) <$> membersRandomItems now c s
 
 scardOp :: KeyOp
-scardOp = sizeOp (\x -> case x of VSet m -> Just (membersSize m); _ -> Nothing)
+scardOp = sizeOp (fmap membersSize . setOf)
 
 -- | SREM: how many of the members were there; an emptied set goes.
 sremOp :: [ByteString] -> KeyOp
-sremOp = removeMembers (\x -> case x of VSet s -> Just s; _ -> Nothing) VSet
+sremOp = removeMembers setOf VSet
 
 -- | SMEMBERS: the members, in no order a client may rely on (redis's
 -- order is its hash table's; this is byte order).
