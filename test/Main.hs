@@ -27,6 +27,7 @@ import qualified Test.Kv
 import qualified Test.KvMulti
 import qualified Test.KvMembers
 import qualified Test.KvPacked
+import qualified Test.KvSortedSet
 import qualified Test.Mixing
 import qualified Test.Net
 import qualified Test.Packet
@@ -57,6 +58,7 @@ main = do
     Test.KvMulti.spec
     Test.KvMembers.spec
     Test.KvPacked.spec
+    Test.KvSortedSet.spec
     Test.ColorQueues.spec
     Test.Color.spec
     Test.Packet.spec

@@ -25,7 +25,7 @@ import Kv.Plan
 import Kv.Resp
 import Kv.Record (recordsLive)
 import Kv.Store
-import Kv.Sorted (zsetAsc)
+import Kv.SortedSet (sortedAsc)
 import Kv.Str (strLength)
 import Kv.Text (globMatch)
 import Kv.Waiters (blockedClients)
@@ -195,7 +195,7 @@ memoryCommand (sub : k : opts)
     valueBytes (VList xs) = return (sum [ B.length x + perItem | x <- dequeToList xs ])
     valueBytes (VSet xs) = membersFold (\n x _ -> n + B.length x + perItem) 0 xs
     valueBytes (VHash h) = membersFold (\n f x -> n + B.length f + B.length x + 2 * perItem) 0 h
-    valueBytes (VZSet z) = return (sum [ B.length x + 3 * perItem | (_, x) <- zsetAsc z ])
+    valueBytes (VZSet z) = (\ms -> sum [ B.length x + 3 * perItem | (_, x) <- ms ]) <$> sortedAsc z
     perItem = 16
 memoryCommand (sub : _) = Answer (RError ("ERR unknown subcommand '" <> printable sub <> "'. Try MEMORY HELP."))
 memoryCommand [] = Answer (RError "ERR wrong number of arguments for 'memory' command")

@@ -15,7 +15,7 @@ import Data.ByteString (ByteString)
 import Kv.Deque (dequeFromList, dequeToList)
 import Kv.Members (membersAscList, membersFromList)
 import Kv.Resp (Reply (..))
-import Kv.Sorted (zsetAsc, zsetFromAscList)
+import Kv.SortedSet (sortedAsc, sortedFromAscList)
 import Kv.Store (Value (..))
 import Kv.Str (strClone)
 
@@ -41,7 +41,7 @@ valuePart deadline v = case v of
   VList xs -> return (part 1 (map RBulk (dequeToList xs)))
   VSet xs -> part 2 . map (RBulk . fst) <$> membersAscList xs
   VHash h -> part 3 . concatMap (\(f, x) -> [RBulk f, RBulk x]) <$> membersAscList h
-  VZSet z -> return (part 4 (scoredItems (zsetAsc z)))
+  VZSet z -> part 4 . scoredItems <$> sortedAsc z
   where part tag xs = RArray (RInt deadline : RInt tag : xs)
 
 -- | The expiry deadline of a part 'valuePart' wrote, and how to make its
@@ -53,7 +53,7 @@ partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag o
   1 -> return . VList . dequeFromList <$> traverse bulk xs
   2 -> (\ms -> VSet <$> membersFromList [ (m, B.empty) | m <- ms ]) <$> traverse bulk xs
   3 -> (\fxs -> VHash <$> membersFromList fxs) <$> pairs (\f x -> (,) f <$> bulk x) xs
-  4 -> return . VZSet . zsetFromAscList <$> itemsScored xs
+  4 -> fmap VZSet . sortedFromAscList <$> itemsScored xs
   _ -> Nothing
   where
     bulk (RBulk b) = Just b

@@ -34,7 +34,6 @@ module Kv.Plan
   , clockSeed
   , pickDistinct
   , randomArgs
-  , randomItem
   , randomItems
   , membersRandomItems
   ) where
@@ -293,11 +292,6 @@ randomArgs option (n : rest) k = case readInteger n of
         _ -> Answer syntaxError
 
 -- | One of a collection's items at random, if it has any.
-randomItem :: Now -> Packed -> Maybe (ByteString, ByteString)
-randomItem now s = case randomItems now (-1) s [] of
-  [x] -> Just x
-  _ -> Nothing
-
 -- | A collection's items chosen at random for a count, as SRANDMEMBER,
 -- ZRANDMEMBER and HRANDFIELD choose them: for a negative count, that many
 -- with repeats; for a count of at least the size, all of them, in the

@@ -19,6 +19,7 @@ module Kv.Record
   , splitStrings
   , recordedItems
   , recordKeyIs
+  , recordKeyCompare
   , recordKeyBytes
   , recordValue
   , recordValueBytes
@@ -39,6 +40,7 @@ import Data.Primitive.ByteArray (MutableByteArray (..), newByteArray, writeByteA
 import Data.Word (Word32, Word64, Word8)
 import Foreign.Marshal.Alloc (free, mallocBytes)
 import Foreign.Marshal.Utils (copyBytes)
+import Foreign.C.Types (CInt (..), CSize (..))
 import Foreign.Ptr (Ptr, nullPtr, plusPtr)
 import Foreign.Storable (peekByteOff, pokeByteOff)
 import GHC.Exts (Int (..), Ptr (..), RealWorld, fetchAddIntArray#, prefetchAddr0#)
@@ -162,6 +164,18 @@ recordKeyIs (Record p) (BI.PS fp off len) = do
   if klen /= len then return False else
     unsafeWithForeignPtr fp $ \k -> sameAt (p `plusPtr` headerBytes) (k `plusPtr` off) len
 {-# INLINE recordKeyIs #-}
+
+-- | The string against the record's key, in byte order (shorter first
+-- where one is the other's start), as 'compare' orders strings.
+recordKeyCompare :: ByteString -> Record -> IO Ordering
+recordKeyCompare (BI.PS fp off len) (Record p) = do
+  klen <- keyLength p
+  c <- unsafeWithForeignPtr fp $ \k ->
+    c_memcmp (k `plusPtr` off) (p `plusPtr` headerBytes) (fromIntegral (min len klen))
+  return $! if c /= 0 then compare c 0 else compare len klen
+
+foreign import ccall unsafe "string.h memcmp"
+  c_memcmp :: Ptr Word8 -> Ptr Word8 -> CSize -> IO CInt
 
 -- | Are the n bytes at the two addresses the same? Word by word, the
 -- last word overlapping the one before it: most keys are a few words,

@@ -20,6 +20,8 @@ module Kv.Sorted
   , zsetFromAscList
   , zsetOrdered
   , orderedItem
+  , scoreWord
+  , wordScore
   ) where
 
 import Data.Bits (complement, shiftL, shiftR, testBit, xor, (.|.))
@@ -69,10 +71,16 @@ zsetNull (ZSet scores _) = packedNull scores
 scoreBytes :: Double -> ByteString
 scoreBytes d = orderKey d B.empty
 
+-- | A score as a word that orders as the scores do (the word
+-- 'scoreBytes' writes big-endian).
 scoreWord :: Double -> Word64
 scoreWord d =
   let w = castDoubleToWord64 d
   in if testBit w 63 then complement w else w `xor` 0x8000000000000000
+
+-- | The score of a word of 'scoreWord'.
+wordScore :: Word64 -> Double
+wordScore w = castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
 
 -- | The score 8 bytes of 'scoreBytes' give, at the start of a string.
 bytesScore :: ByteString -> Double
@@ -82,11 +90,10 @@ bytesScore b = byteScore (BU.unsafeIndex b)
 sliceScore :: Slice -> Double
 sliceScore (Slice a s _) = byteScore (\i -> indexByteArray a (s + i))
 
--- | The score of the 8 bytes of 'scoreBytes' the function reads, by index.
+-- | The score of 8 bytes of 'scoreBytes' the function reads, by index.
 byteScore :: (Int -> Word8) -> Double
-byteScore byte = castWord64ToDouble (if testBit w 63 then w `xor` 0x8000000000000000 else complement w)
+byteScore byte = wordScore (go 0 0)
   where
-    w = go 0 0
     go :: Int -> Word64 -> Word64
     go 8 !acc = acc
     go i !acc = go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (byte i))

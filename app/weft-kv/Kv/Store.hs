@@ -53,7 +53,7 @@ import Kv.Clock
 import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
 import Kv.Key (Key, keyHash, storedKey)
 import Kv.Members (Members, membersFlat, membersReadFlat)
-import Kv.Sorted (ZSet)
+import Kv.SortedSet (SortedSet)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwriteWith, recordReadWith,
@@ -102,14 +102,14 @@ hashColor (Store _ mask _ _) h = h .&. mask
 -- | What a key holds. A string is its bytes (Note [Stored strings] in
 -- "Kv.Str"); a set's members (with empty values) and a hash's fields and
 -- values are a mutable table (Note [Members in tables] in "Kv.Members");
--- a sorted set's members and scores are packed (Note [Packed maps] in
--- "Kv.Packed").
+-- a sorted set's members and scores are packed while few, a table and
+-- an order once many (Note [Sorted sets in tables] in "Kv.SortedSet").
 data Value
   = VString {-# UNPACK #-} !Str
   | VList !Deque
   | VSet !Members
   | VHash !Members
-  | VZSet !ZSet
+  | VZSet !SortedSet
 
 -- | A key (Note [Keys in entries] in "Kv.Key") and what it holds, with
 -- its expiry if any: what a table's cell holds (Note [Slots in cells] in

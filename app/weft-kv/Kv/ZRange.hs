@@ -1,7 +1,7 @@
 {-# LANGUAGE OverloadedStrings #-}
 -- | The ranges of weft-kv's sorted-set commands: ZRANGE's arguments and
 -- options as redis 7.0 parses them, score and lex bounds, and the
--- members a range picks (pure, over a sorted set's ordered members).
+-- members a range picks.
 module Kv.ZRange
   ( ZRange (..)
   , Bound
@@ -9,6 +9,7 @@ module Kv.ZRange
   , zrangeArgs
   , zrangePick
   , byScore
+  , countByScore
   , byRank
   , byLex
   , withScore
@@ -20,29 +21,33 @@ import qualified Data.ByteString as B
 import Data.Maybe (fromMaybe)
 import Kv.Plan
 import Kv.Resp
-import Kv.Sorted
+import Kv.SortedSet
 import Kv.Text (readBound)
 
 -- | The members within score bounds, lowest first.
-byScore :: Bound -> Bound -> ZSet -> [(Double, ByteString)]
-byScore lo hi = filter (\(s, _) -> atLeast lo s && atMost hi s) . zsetAsc
+byScore :: Bound -> Bound -> SortedSet -> IO [(Double, ByteString)]
+byScore lo hi = zrangePick (ByScore lo hi) False 0 (-1)
+
+-- | How many members are within score bounds.
+countByScore :: Bound -> Bound -> SortedSet -> IO Int
+countByScore lo hi z = do
+  below <- sortedCountWhile z False (not . atLeast lo . fst)
+  upTo <- sortedCountWhile z False (atMost hi . fst)
+  return (max 0 (upTo - below))
 
 -- | The members from rank a to rank b, lowest first.
-byRank :: Int -> Int -> ZSet -> [(Double, ByteString)]
-byRank a b ordered = rankSlice (zsetSize ordered) a b (`zsetAscFrom` ordered)
+byRank :: Int -> Int -> SortedSet -> IO [(Double, ByteString)]
+byRank a b = zrangePick (ByRank a b) False 0 (-1)
 
--- | Ranks a to b of n items (ZRANGE's index rules: negative ones count
--- from the end; out-of-range ends are clamped), given the items from a
--- rank on.
-rankSlice :: Int -> Int -> Int -> (Int -> [x]) -> [x]
-rankSlice n a b from = if start > end then [] else take (end - start + 1) (from start)
-  where
-    start = max 0 (if a < 0 then n + a else a)
-    end = min (n - 1) (if b < 0 then n + b else b)
+-- | The first and last rank of ranks a to b of n items (ZRANGE's index
+-- rules: negative ones count from the end; out-of-range ends are
+-- clamped); the first is past the last if none is picked.
+rankSpan :: Int -> Int -> Int -> (Int, Int)
+rankSpan n a b = (max 0 (if a < 0 then n + a else a), min (n - 1) (if b < 0 then n + b else b))
 
 -- | The members a lex range picks, in order.
-byLex :: LexBound -> LexBound -> ZSet -> [(Double, ByteString)]
-byLex lo hi = takeWhile (lexAtMost hi . snd) . lexWalk False lo hi
+byLex :: LexBound -> LexBound -> SortedSet -> IO [(Double, ByteString)]
+byLex lo hi = zrangePick (ByLex lo hi) False 0 (-1)
 
 -- Note [Lex ranges over mixed scores]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -51,21 +56,27 @@ byLex lo hi = takeWhile (lexAtMost hi . snd) . lexWalk False lo hi
 -- last member is at or above the range's start and the first at or below
 -- its end; then it starts at the first member at or above the start and
 -- goes on while members stay at or below the end (ZRANGE's LIMIT offset
--- skips members before that check). 'lexWalk' and its callers walk the
--- same way, so with mixed scores weft-kv answers as redis does for a
--- small sorted set (up to 128 members, the form the differential test
--- makes); redis's larger ones, searched by skip list, can differ.
+-- skips members before that check). 'lexStart' and 'zrangePick' walk the
+-- same way. A small sorted set (up to 128 members, the form the
+-- differential test makes) is walked member by member, as redis walks
+-- its listpack, so with mixed scores weft-kv answers as redis does; a
+-- large one is searched, as redis searches its skip list, and the two
+-- searches can differ when the scores are mixed.
 
--- | From the first member at or past the range's near end, in walk order
--- (highest first if reversed), before any check against its far end:
--- Note [Lex ranges over mixed scores].
-lexWalk :: Bool -> LexBound -> LexBound -> ZSet -> [(Double, ByteString)]
-lexWalk rev lo hi ordered
-  | zsetNull ordered || emptyRange = []
-  | not (lexAtLeast lo (snd (zsetAt (zsetSize ordered - 1) ordered))) || not (lexAtMost hi (snd (zsetAt 0 ordered))) = []
-  | otherwise = case dropWhile (not . near . snd) ((if rev then zsetDesc else zsetAsc) ordered) of
-      walk@(e : _) | far (snd e) -> walk
-      _ -> []
+-- | The rank in walk order (highest first if reversed) where a lex
+-- range's walk starts, if it picks any member: Note [Lex ranges over
+-- mixed scores].
+lexStart :: Bool -> LexBound -> LexBound -> SortedSet -> IO (Maybe Int)
+lexStart rev lo hi z = do
+  n <- sortedSize z
+  if n == 0 || emptyRange then return Nothing else do
+    (_, firstM) <- sortedAt z False 0
+    (_, lastM) <- sortedAt z True 0
+    if not (lexAtLeast lo lastM) || not (lexAtMost hi firstM) then return Nothing else do
+      skip <- sortedCountWhile z rev (not . near . snd)
+      if skip >= n then return Nothing else do
+        (_, m) <- sortedAt z rev skip
+        return (if far m then Just skip else Nothing)
   where
     (near, far) = if rev then (lexAtMost hi, lexAtLeast lo) else (lexAtLeast lo, lexAtMost hi)
     emptyRange = case (lo, hi) of
@@ -156,19 +167,25 @@ atLeast, atMost :: Bound -> Double -> Bool
 atLeast (Bound b ex) s = if ex then s > b else s >= b
 atMost (Bound b ex) s = if ex then s < b else s <= b
 
--- | The members a ZRANGE picks, in its order.
-zrangePick :: ZRange -> Bool -> Int -> Int -> ZSet -> [(Double, ByteString)]
-zrangePick range rev offset count ordered = case range of
-  ByRank a b -> rankSlice (zsetSize ordered) a b (\i -> (if rev then zsetDescFrom else zsetAscFrom) i ordered)
-  ByScore from to -> limited (filter (\(s, _) -> atLeast from s && atMost to s) inOrder)
-  ByLex lo hi ->
+-- | The members a ZRANGE picks, in its order (copies).
+zrangePick :: ZRange -> Bool -> Int -> Int -> SortedSet -> IO [(Double, ByteString)]
+zrangePick range rev offset count z = case range of
+  ByRank a b -> do
+    n <- sortedSize z
+    let (first, lastRank) = rankSpan n a b
+    if first > lastRank then return [] else sortedWalk z rev first (lastRank - first + 1) (const True)
+  ByScore from to
+    | offset < 0 -> return []
+    | otherwise -> do
+        -- Reversed, the walk starts at the high bound and ends at the low.
+        let (near, far) = if rev then (atMost to, atLeast from) else (atLeast from, atMost to)
+        skip <- sortedCountWhile z rev (not . near . fst)
+        sortedWalk z rev (skip + offset) count (far . fst)
+  ByLex lo hi
     -- The offset skips members before the far end is checked (Note
     -- [Lex ranges over mixed scores]); reversed, the far end is the low.
-    let far = if rev then lexAtLeast lo else lexAtMost hi
-        walked = if offset < 0 then [] else takeWhile (far . snd) (drop offset (lexWalk rev lo hi ordered))
-    in if count < 0 then walked else take count walked
-  where
-    inOrder = (if rev then zsetDesc else zsetAsc) ordered
-    limited xs | offset < 0 = []
-               | count < 0 = drop offset xs
-               | otherwise = take count (drop offset xs)
+    | offset < 0 -> return []
+    | otherwise -> lexStart rev lo hi z >>= \start -> case start of
+        Nothing -> return []
+        Just s -> sortedWalk z rev (s + offset) count (far . snd)
+    where far = if rev then lexAtLeast lo else lexAtMost hi

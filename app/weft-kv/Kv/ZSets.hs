@@ -17,12 +17,15 @@ import Data.List (nub, sort, sortOn)
 import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
 
+import Control.Monad (foldM)
+
 import Kv.Plan
 import Kv.Members (membersAscList)
 import Kv.Packed (packedToDescList)
 import Kv.Part (itemsScored, scoredItems)
 import Kv.Resp
-import Kv.Sorted
+import Kv.Sorted (orderedItem, zsetOrdered)
+import Kv.SortedSet
 import Kv.Store
 import Kv.Text (formatDouble, readDouble)
 import Kv.ZRange
@@ -40,8 +43,8 @@ zsetCommands =
   , ("ZMSCORE", (AtLeast 2, \(k : ms) -> OnKey k (zmscoreOp ms)))
   , ("ZRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp False m)))
   , ("ZREVRANK", (Exactly 2, \[k, m] -> OnKey k (zrankOp True m)))
-  , ("ZCOUNT", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zcountOp (byScore a b)))))
-  , ("ZLEXCOUNT", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zcountOp (byLex a b)))))
+  , ("ZCOUNT", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zcountOp (countByScore a b)))))
+  , ("ZLEXCOUNT", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zcountOp (fmap length . byLex a b)))))
   , ("ZREMRANGEBYSCORE", (Exactly 3, \[k, lo, hi] -> withScore lo hi (\a b -> OnKey k (zremrangeOp (byScore a b)))))
   , ("ZREMRANGEBYLEX", (Exactly 3, \[k, lo, hi] -> withLex lo hi (\a b -> OnKey k (zremrangeOp (byLex a b)))))
   , ("ZREMRANGEBYRANK", (Exactly 3, \[k, a, b] -> withInt a (\i -> withInt b (OnKey k . zremrangeOp . byRank i))))
@@ -108,26 +111,26 @@ zaddCommand [] = Answer syntaxError
 zaddOp :: ZAddFlags -> [(Double, ByteString)] -> KeyOp
 zaddOp f ps _ _ v = case v of
   Nothing | zXx f -> Outcome Keep (reply 0 0 Nothing)
-          | otherwise -> add emptyZSet
-  Just (VZSet z) -> add z
+          | otherwise -> InPlace (add emptySorted)
+  Just (VZSet z) -> InPlace (add z)
   Just _ -> Outcome Keep wrongType
   where
     add z0 = go z0 0 0 Nothing ps
       where
-        go z !added !updated lastScore [] =
-          Outcome (if added + updated > 0 then Replace (VZSet z) else Keep) (reply added updated lastScore)
-        go z added updated lastScore ((s, m) : more) = case zsetScore m z of
+        changed z added updated = if added + updated > 0 then Replace (VZSet z) else Keep
+        go :: SortedSet -> Int -> Int -> Maybe Double -> [(Double, ByteString)] -> IO Outcome
+        go z !added !updated lastScore [] = return (Outcome (changed z added updated) (reply added updated lastScore))
+        go z added updated lastScore ((s, m) : more) = sortedScore z m >>= \had -> case had of
           Just old
             | zNx f -> go z added updated lastScore more
-            | isNaN new -> Outcome (if added + updated > 0 then Replace (VZSet z) else Keep)
-                                   (RError "ERR resulting score is not a number (NaN)")
+            | isNaN new -> return (Outcome (changed z added updated) (RError "ERR resulting score is not a number (NaN)"))
             | (zLt f && new >= old) || (zGt f && new <= old) -> go z added updated lastScore more
-            | new /= old -> go (zsetMove m new (Just old) z) added (updated + 1) (Just new) more
+            | new /= old -> sortedMove z m new (Just old) >>= \z' -> go z' added (updated + 1) (Just new) more
             | otherwise -> go z added updated (Just new) more
             where new = if zIncr f then s + old else s
           Nothing
             | zXx f -> go z added updated lastScore more
-            | otherwise -> go (zsetMove m s Nothing z) (added + 1) updated (Just s) more
+            | otherwise -> sortedMove z m s Nothing >>= \z' -> go z' (added + 1) updated (Just s) more
     reply :: Int -> Int -> Maybe Double -> Reply
     reply added updated lastScore
       | zIncr f = maybe RNil (RBulk . formatDouble) lastScore
@@ -141,56 +144,62 @@ zpopCommand top [k, n] = withCount n (OnKey k . zpopOp top)
 zpopCommand _ _ = Answer syntaxError
 
 zpopOp :: Bool -> Int -> KeyOp
-zpopOp top count _ _ v = case v of
-  Nothing -> Outcome Keep (RArray [])
-  Just (VZSet z) ->
-    let taken = take count ((if top then zsetDesc else zsetAsc) z)
-        rest = foldl (\acc (_, m) -> zsetRemove m acc) z taken
-        update | zsetNull rest = Delete
-               | otherwise = Replace (VZSet rest)
-    in Outcome (if null taken then Keep else update) (withScores True taken)
+zpopOp top count _ _ = onZSet (Outcome Keep (RArray [])) $ \z -> do
+  taken <- sortedWalk z top 0 count (const True)
+  (_, update) <- removeAll z (map snd taken)
+  return (Outcome (if null taken then Keep else update) (withScores True taken))
+
+-- | A sorted set's operation in place (Note [Values changed in place] in
+-- "Kv.Store"): @missing@ for no key, WRONGTYPE for another type.
+onZSet :: Outcome -> (SortedSet -> IO Outcome) -> Maybe Value -> Outcome
+onZSet missing act v = case v of
+  Nothing -> missing
+  Just (VZSet z) -> InPlace (act z)
   Just _ -> Outcome Keep wrongType
+
+-- | A read of a sorted set: the reply from it, @missing@ for no key.
+zsetRead :: Reply -> (SortedSet -> IO Reply) -> Maybe Value -> Outcome
+zsetRead missing answer = onZSet (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+
+-- | Remove the members: how many were there, and the update (an
+-- emptied sorted set goes; one that lost nothing stays as it is).
+removeAll :: SortedSet -> [ByteString] -> IO (Int, Update)
+removeAll z0 ms = do
+  (z, removed) <- foldM (\(z, n) m -> fmap (\was -> n + fromEnum was) <$> sortedRemove z m) (z0, 0 :: Int) ms
+  left <- sortedSize z
+  let update | removed == 0 = Keep
+             | left == 0 = Delete
+             | otherwise = Replace (VZSet z)
+  return (removed, update)
 
 -- | ZREM: how many of the members were there; an emptied sorted set goes.
 zremOp :: [ByteString] -> KeyOp
-zremOp = removeFrom (\x -> case x of VZSet z -> Just z; _ -> Nothing) VZSet zsetRemove zsetSize
+zremOp ms _ _ = onZSet (Outcome Keep (RInt 0)) $ \z -> do
+  (removed, update) <- removeAll z ms
+  return (Outcome update (RInt removed))
 
 -- | ZMSCORE key member [member ...]: each member's score, or nil.
 zmscoreOp :: [ByteString] -> KeyOp
-zmscoreOp ms _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray (map (const RNil) ms)
-  Just (VZSet z) -> RArray [ maybe RNil (RBulk . formatDouble) (zsetScore m z) | m <- ms ]
-  Just _ -> wrongType
+zmscoreOp ms _ _ = zsetRead (RArray (map (const RNil) ms)) $ \z ->
+  RArray <$> mapM (fmap (maybe RNil (RBulk . formatDouble)) . sortedScore z) ms
 
 -- | ZRANK / ZREVRANK (from the highest: 'True'): the member's place, or nil.
 zrankOp :: Bool -> ByteString -> KeyOp
-zrankOp fromTop m _ _ v = Outcome Keep $ case v of
-  Nothing -> RNil
-  Just (VZSet z) -> case zsetRank m z of
-    Just i -> RInt (if fromTop then zsetSize z - 1 - i else i)
-    Nothing -> RNil
-  Just _ -> wrongType
+zrankOp fromTop m _ _ = zsetRead RNil $ \z -> do
+  n <- sortedSize z
+  maybe RNil (\i -> RInt (if fromTop then n - 1 - i else i)) <$> sortedRank z m
 
 -- | ZCOUNT and ZLEXCOUNT: how many members the range picks.
-zcountOp :: (ZSet -> [(Double, ByteString)]) -> KeyOp
-zcountOp pick _ _ v = Outcome Keep $ case v of
-  Nothing -> RInt 0
-  Just (VZSet z) -> RInt (length (pick z))
-  Just _ -> wrongType
+zcountOp :: (SortedSet -> IO Int) -> KeyOp
+zcountOp counted _ _ = zsetRead (RInt 0) (fmap RInt . counted)
 
 -- | ZREMRANGEBYSCORE, ZREMRANGEBYLEX and ZREMRANGEBYRANK: remove the
 -- members the range picks, and say how many; an emptied sorted set goes.
-zremrangeOp :: (ZSet -> [(Double, ByteString)]) -> KeyOp
-zremrangeOp pick _ _ v = case v of
-  Nothing -> Outcome Keep (RInt 0)
-  Just (VZSet z) ->
-    let gone = pick z
-        kept = foldl (\acc (_, m) -> zsetRemove m acc) z gone
-        update | null gone = Keep
-               | zsetNull kept = Delete
-               | otherwise = Replace (VZSet kept)
-    in Outcome update (RInt (length gone))
-  Just _ -> Outcome Keep wrongType
+zremrangeOp :: (SortedSet -> IO [(Double, ByteString)]) -> KeyOp
+zremrangeOp pick _ _ = onZSet (Outcome Keep (RInt 0)) $ \z -> do
+  gone <- pick z
+  (removed, update) <- removeAll z (map snd gone)
+  return (Outcome update (RInt removed))
 
 -- | An older form of ZRANGE: the options it stands for, then only
 -- WITHSCORES and LIMIT (another option is redis's syntax error).
@@ -207,13 +216,10 @@ withScores scored ms
   | otherwise = RArray [ RBulk m | (_, m) <- ms ]
 
 zcardOp :: KeyOp
-zcardOp = sizeOp (\x -> case x of VZSet z -> Just (pure (zsetSize z)); _ -> Nothing)
+zcardOp = sizeOp (\x -> case x of VZSet z -> Just (sortedSize z); _ -> Nothing)
 
 zscoreOp :: ByteString -> KeyOp
-zscoreOp m _ _ v = Outcome Keep $ case v of
-  Nothing -> RNil
-  Just (VZSet z) -> maybe RNil (RBulk . formatDouble) (zsetScore m z)
-  Just _ -> wrongType
+zscoreOp m _ _ = zsetRead RNil (fmap (maybe RNil (RBulk . formatDouble)) . (`sortedScore` m))
 
 -- | ZRANGE key min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]
 -- [WITHSCORES], with redis 7.0's parsing and errors.
@@ -223,22 +229,21 @@ zrangeCommand (k : lo : hi : opts) = zrangeArgs False lo hi opts $ \r rev offset
 zrangeCommand _ = Answer syntaxError
 
 zrangeOp :: ZRange -> Bool -> Int -> Int -> Bool -> KeyOp
-zrangeOp range rev offset count scored _ _ v = Outcome Keep $ case v of
-  Nothing -> RArray []
-  Just (VZSet z) -> withScores scored (zrangePick range rev offset count z)
-  Just _ -> wrongType
+zrangeOp range rev offset count scored _ _ = zsetRead (RArray []) (fmap (withScores scored) . zrangePick range rev offset count)
 
 -- | ZRANDMEMBER key [count [WITHSCORES]]: a random member (nil without the
 -- sorted set); with a count, up to that many distinct members, or, for a
 -- negative count, that many with repeats; all of them highest first (the
 -- order redis walks a sorted set in) when the count covers them.
 zrandmemberOp :: Maybe Int -> Bool -> KeyOp
-zrandmemberOp count scored now _ v = Outcome Keep $ case v of
-  Nothing -> if count == Nothing then RNil else RArray []
-  Just (VZSet z) -> let ordered = zsetOrdered z in case count of
-    Nothing -> maybe RNil (RBulk . snd . orderedItem) (randomItem now ordered)
-    Just c -> withScores scored (map orderedItem (randomItems now c ordered (packedToDescList ordered)))
-  Just _ -> wrongType
+zrandmemberOp count scored now _ = zsetRead (if count == Nothing then RNil else RArray []) $ \z -> case count of
+  Nothing -> do
+    n <- sortedSize z
+    if n == 0 then return RNil else
+      RBulk . snd <$> sortedAt z False (fromIntegral (randomFrom (clockSeed now) `mod` fromIntegral n))
+  Just c -> do
+    ordered <- zsetOrdered <$> sortedPacked z
+    return (withScores scored (map orderedItem (randomItems now c ordered (packedToDescList ordered))))
 
 ------------------------------------------------------------------------------
 -- Several sorted sets
@@ -259,7 +264,7 @@ zrandmemberOp count scored now _ v = Outcome Keep $ case v of
 readScored :: KeyOp
 readScored _ _ v = case v of
   Nothing -> Outcome Keep (RArray [])
-  Just (VZSet z) -> Outcome Keep (scoredPart (zsetAsc z))
+  Just (VZSet z) -> InPlace (Outcome Keep . scoredPart <$> sortedAsc z)
   Just (VSet s) -> InPlace ((\ms -> Outcome Keep (scoredPart [ (1, m) | (m, _) <- ms ])) <$> membersAscList s)
   Just _ -> Outcome Keep wrongType
 
@@ -275,8 +280,10 @@ fromPart _ = []
 zstoreOp :: [(Double, ByteString)] -> KeyOp
 zstoreOp ms _ _ v
   | null ms = Outcome (maybe Keep (const Delete) v) (RInt 0)
-  | otherwise = let z = zsetFromAscList (sort ms)
-                in Outcome (Fresh (VZSet z)) (RInt (zsetSize z))
+  | otherwise = InPlace $ do
+      z <- sortedFromAscList (sort ms)
+      n <- sortedSize z
+      return (Outcome (Fresh (VZSet z)) (RInt n))
 
 data Aggregate = Sum | Minimum | Maximum
 
@@ -373,10 +380,7 @@ combineScored how o parts = case how of
 -- goes if nothing is picked), in two steps, one on each key's color.
 zrangestoreCommand :: [ByteString] -> Plan
 zrangestoreCommand (dst : src : lo : hi : opts) = zrangeArgs True lo hi opts $ \r rev offset count _ ->
-  let pick _ _ v = Outcome Keep $ case v of
-        Nothing -> RArray []
-        Just (VZSet z) -> scoredPart (zrangePick r rev offset count z)
-        Just _ -> wrongType
+  let pick _ _ = zsetRead (RArray []) (fmap scoredPart . zrangePick r rev offset count)
   in Steps [(src, pick)] $ \parts -> case parts of
        [e@(RError _)] -> Answer e
        [part] -> OnKey dst (zstoreOp (fromPart part))
