@@ -6,9 +6,13 @@
 #
 # TEST is a redis-benchmark test: one that adds to one key (hset, sadd,
 # zadd), whose hash, set or sorted set then grows, or set, whose keys
-# then spread over the store; or hset-keys, sadd-keys or lpush-keys, a
-# hash, set or list under each of many keys (`HSET h:__rand_int__ f v`,
-# `SADD s:__rand_int__ m`, `LPUSH l:__rand_int__ x`). Each run starts a fresh server pinned to
+# then spread over the store; or hset-keys, sadd-keys, lpush-keys or
+# zadd-keys, a hash, set, list or sorted set under each of many keys
+# (`HSET h:__rand_int__ f v`, `SADD s:__rand_int__ m`, `LPUSH
+# l:__rand_int__ x`, `ZADD z:__rand_int__ 1 m`); or zrank or
+# zrangebyscore, reads of the sorted set zadd grows (`ZRANK myzset
+# element:__rand_int__`, `ZRANGEBYSCORE myzset __rand_int__ +inf LIMIT 0
+# 10`), whose --fill requests are zadd's. Each run starts a fresh server pinned to
 # core 0 and runs `redis-benchmark -c 50 -P 16 -r 1000000 -n REQUESTS -t
 # TEST` (default 1,000,000 requests) on core 1, so that the collection
 # grows to some 632,000 members, or the store to as many keys (the
@@ -53,8 +57,8 @@ size_of() {
   case "$1" in
     hset) redis-cli -p $port hlen myhash ;;
     sadd) redis-cli -p $port scard myset ;;
-    zadd) redis-cli -p $port zcard myzset ;;
-    set|hset-keys|sadd-keys|lpush-keys) redis-cli -p $port dbsize ;;
+    zadd|zrank|zrangebyscore) redis-cli -p $port zcard myzset ;;
+    set|hset-keys|sadd-keys|lpush-keys|zadd-keys) redis-cli -p $port dbsize ;;
     *) echo "-" ;;
   esac
 }
@@ -69,12 +73,16 @@ gc_stats() {
                END { print g + 0, m + 0, l + 0 }'
 }
 
-bench() { # requests
+bench() { # requests [test]
+  local t="${2:-$t}"
   local what=(-t "$t")
   case "$t" in
     hset-keys) what=(hset 'h:__rand_int__' f v) ;;
     sadd-keys) what=(sadd 's:__rand_int__' m) ;;
     lpush-keys) what=(lpush 'l:__rand_int__' x) ;;
+    zadd-keys) what=(zadd 'z:__rand_int__' 1 m) ;;
+    zrank) what=(zrank myzset 'element:__rand_int__') ;;
+    zrangebyscore) what=(zrangebyscore myzset __rand_int__ +inf LIMIT 0 10) ;;
   esac
   taskset -c 1 redis-benchmark -p $port -c 50 -P 16 -r 1000000 -n "$1" -q "${what[@]}" 2>/dev/null \
     | tr '\r' '\n' | grep -o "[0-9.]* requests per second" | tail -1 | cut -d' ' -f1
@@ -100,7 +108,9 @@ for rep in $(seq "$reps"); do
       fi
       pid=$!
       wait_port
-      [ "$fill" = 0 ] || bench "$fill" > /dev/null
+      filler=$t
+      case "$t" in zrank|zrangebyscore) filler=zadd ;; esac
+      [ "$fill" = 0 ] || bench "$fill" "$filler" > /dev/null
       [ "$arm" = redis ] || read -r g0 m0 _ < <(gc_stats)
       c0=$(cpu_ticks $pid)
       rps=$(bench "$requests")

@@ -291,7 +291,6 @@ randomArgs option (n : rest) k = case readInteger n of
           | o == o' -> k (Just c) True
         _ -> Answer syntaxError
 
--- | One of a collection's items at random, if it has any.
 -- | A collection's items chosen at random for a count, as SRANDMEMBER,
 -- ZRANDMEMBER and HRANDFIELD choose them: for a negative count, that many
 -- with repeats; for a count of at least the size, all of them, in the

@@ -20,7 +20,7 @@ import qualified Data.Set as Set
 import Control.Monad (foldM)
 
 import Kv.Plan
-import Kv.Members (membersAscList)
+import Kv.Members (membersAscList, smallMembers)
 import Kv.Packed (packedToDescList)
 import Kv.Part (itemsScored, scoredItems)
 import Kv.Resp
@@ -242,8 +242,25 @@ zrandmemberOp count scored now _ = zsetRead (if count == Nothing then RNil else 
     if n == 0 then return RNil else
       RBulk . snd <$> sortedAt z False (fromIntegral (randomFrom (clockSeed now) `mod` fromIntegral n))
   Just c -> do
-    ordered <- zsetOrdered <$> sortedPacked z
-    return (withScores scored (map orderedItem (randomItems now c ordered (packedToDescList ordered))))
+    n <- sortedSize z
+    let ranks = map (\r -> fromIntegral (r `mod` fromIntegral n)) (randoms (clockSeed now))
+    if n > smallMembers && 4 * c < n
+      -- Few from many (or with repeats): picked by rank, one by one.
+      then withScores scored <$> mapM (sortedAt z False) (if c < 0 then take (negate c) ranks else distinctRanks c ranks)
+      else do
+        ordered <- zsetOrdered <$> sortedPacked z
+        return (withScores scored (map orderedItem (randomItems now c ordered (packedToDescList ordered))))
+
+-- | The first @c@ distinct ranks of a stream of random ones (which must
+-- hold that many).
+distinctRanks :: Int -> [Int] -> [Int]
+distinctRanks c0 = go c0 Set.empty
+  where
+    go 0 _ _ = []
+    go c seen (r : rs)
+      | Set.member r seen = go c seen rs
+      | otherwise = r : go (c - 1) (Set.insert r seen) rs
+    go _ _ [] = []
 
 ------------------------------------------------------------------------------
 -- Several sorted sets
