@@ -1271,7 +1271,7 @@ serverSpec = do
           , ok, bulk "10", RInt 11, bulk "11"
           , ok, RInt 1, ok, bulk "xxx", RArray [bulk "yyy", bulk "xxx", bulk "ccc"] ]
 
-  it "keeps small strings, lists, hashes and sets in records, a value that grows or gets an expiry on the heap, all intact" $ \addr ->
+  it "keeps small strings, lists, hashes, sets and sorted sets in records, a value that grows or gets an expiry on the heap, all intact" $ \addr ->
    withClient addr $ \c -> do
     let records = do
           info <- cmd c ["INFO"]
@@ -1290,21 +1290,25 @@ serverSpec = do
           if now == previous || n == 0 then return now else settled (n - 1) now
     r0 <- records >>= settled 50
     let held n = (subtract r0 <$> records) `shouldReturn` n
-    run c [["SET", "rec:s", "v"], ["RPUSH", "rec:l", "a", "b"], ["HSET", "rec:h", "f", "v"], ["SADD", "rec:t", "m"]]
-      `shouldReturn` [ok, RInt 2, RInt 1, RInt 1]
-    held 4
-    run c [ "RPUSH" : "rec:l" : many, "HSET" : "rec:h" : concat [ [f, f] | f <- many ] ] `shouldReturn` [RInt 22, RInt 20]
+    run c [["SET", "rec:s", "v"], ["RPUSH", "rec:l", "a", "b"], ["HSET", "rec:h", "f", "v"], ["SADD", "rec:t", "m"], ["ZADD", "rec:z", "1.5", "m", "2", "n"]]
+      `shouldReturn` [ok, RInt 2, RInt 1, RInt 1, RInt 2]
+    held 5
+    run c [ "RPUSH" : "rec:l" : many, "HSET" : "rec:h" : concat [ [f, f] | f <- many ], "ZADD" : "rec:z" : concat [ [f, f] | f <- many ] ]
+      `shouldReturn` [RInt 22, RInt 20, RInt 20]
     held 2
     cmd c ["EXPIRE", "rec:t", "100"] `shouldReturn` RInt 1
     held 1
-    run c [ ["LRANGE", "rec:l", "0", "-1"], ["HLEN", "rec:h"], ["HGET", "rec:h", "f"], ["SMEMBERS", "rec:t"], ["GET", "rec:s"] ]
-      `shouldReturn` [RArray (map bulk ("a" : "b" : many)), RInt 21, bulk "v", RArray [bulk "m"], bulk "v"]
-    run c [ ["TYPE", k] | k <- ["rec:s", "rec:l", "rec:h", "rec:t"] ] `shouldReturn` map RSimple ["string", "list", "hash", "set"]
+    run c [ ["LRANGE", "rec:l", "0", "-1"], ["HLEN", "rec:h"], ["HGET", "rec:h", "f"], ["SMEMBERS", "rec:t"], ["GET", "rec:s"], ["ZCARD", "rec:z"], ["ZSCORE", "rec:z", "m"] ]
+      `shouldReturn` [RArray (map bulk ("a" : "b" : many)), RInt 21, bulk "v", RArray [bulk "m"], bulk "v", RInt 22, bulk "1.5"]
+    run c [ ["TYPE", k] | k <- ["rec:s", "rec:l", "rec:h", "rec:t", "rec:z"] ] `shouldReturn` map RSimple ["string", "list", "hash", "set", "zset"]
     -- Shrunk back, a list is a record again.
     run c [ ["LTRIM", "rec:l", "0", "1"], ["LRANGE", "rec:l", "0", "-1"], ["PERSIST", "rec:t"], ["SISMEMBER", "rec:t", "m"] ]
       `shouldReturn` [ok, RArray [bulk "a", bulk "b"], RInt 1, RInt 1]
     held 3
-    cmd c ["DEL", "rec:s", "rec:l", "rec:h", "rec:t"] `shouldReturn` RInt 4
+    run c [ ["ZREMRANGEBYRANK", "rec:z", "2", "-1"], ["ZRANGE", "rec:z", "0", "-1", "WITHSCORES"] ]
+      `shouldReturn` [RInt 20, RArray (map bulk ["1", "1", "m", "1.5"])]
+    held 4
+    cmd c ["DEL", "rec:s", "rec:l", "rec:h", "rec:t", "rec:z"] `shouldReturn` RInt 5
     held 0
 
   it "picks members of a large set and hash at random for a count: distinct ones, or with repeats, all members" $ \addr ->

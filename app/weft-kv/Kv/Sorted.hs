@@ -22,6 +22,8 @@ module Kv.Sorted
   , orderedItem
   , scoreWord
   , wordScore
+  , zsetFlat
+  , zsetReadFlat
   ) where
 
 import Data.Bits (complement, shiftL, shiftR, testBit, xor, (.|.))
@@ -33,8 +35,8 @@ import Data.List (sortOn)
 import Data.Primitive.ByteArray (indexByteArray)
 import Data.Word (Word64, Word8)
 import Foreign.Marshal.Utils (copyBytes)
-import Foreign.Ptr (castPtr, plusPtr)
-import Foreign.Storable (pokeByteOff)
+import Foreign.Ptr (Ptr, castPtr, plusPtr)
+import Foreign.Storable (peekByteOff, pokeByteOff)
 import GHC.Float (castDoubleToWord64, castWord64ToDouble)
 
 import Kv.Packed
@@ -173,3 +175,24 @@ zsetOrdered (ZSet _ ordered) = ordered
 -- | An item of the order as its score and member.
 orderedItem :: (ByteString, ByteString) -> (Double, ByteString)
 orderedItem (k, _) = (bytesScore k, BU.unsafeDrop 8 k)
+
+-- | A few members as a flat copy for a record of their key (Note [Small
+-- values in records] in "Kv.Store"): both maps as their leaves' flat
+-- copies (Note [Packed maps flat] in "Kv.Packed"), the first's length
+-- in a word before them; its length and its writer, if each map is one
+-- leaf.
+zsetFlat :: ZSet -> Maybe (Int, Ptr Word8 -> IO ())
+zsetFlat (ZSet scores ordered) = do
+  a <- packedFlatSize scores
+  b <- packedFlatSize ordered
+  let write p = do
+        pokeByteOff p 0 a
+        packedWriteFlat scores (p `plusPtr` 8)
+        packedWriteFlat ordered (p `plusPtr` (8 + a))
+  Just (8 + a + b, write)
+
+-- | The sorted set whose flat copy of the given length is at the address.
+zsetReadFlat :: Ptr Word8 -> Int -> IO ZSet
+zsetReadFlat p n = do
+  a <- peekByteOff p 0
+  ZSet <$> packedReadFlat (p `plusPtr` 8) a <*> packedReadFlat (p `plusPtr` (8 + a)) (n - 8 - a)

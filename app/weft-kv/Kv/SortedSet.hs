@@ -17,6 +17,8 @@ module Kv.SortedSet
   , sortedAsc
   , sortedPacked
   , sortedLeafCounts
+  , sortedFlat
+  , sortedReadFlat
   ) where
 
 import Data.ByteString (ByteString)
@@ -26,7 +28,7 @@ import Foreign.Storable (peek, poke)
 
 import Kv.Key (Key, bytesHash)
 import Kv.Members (smallMembers)
-import Kv.Record (Record, addrRecord, recordAddr, recordKeyBytes, recordKeyCompare, recordNewWith,
+import Kv.Record (Record, addrRecord, recordAddr, recordedItems, recordKeyBytes, recordKeyCompare, recordNewWith,
                   recordOverwriteWith, recordReadWith)
 import Kv.Sorted
 import Kv.Table
@@ -218,3 +220,15 @@ sortedPacked z = zsetFromAscList <$> sortedAsc z
 sortedLeafCounts :: SortedSet -> IO [Int]
 sortedLeafCounts (SmallZ _) = return []
 sortedLeafCounts (LargeZ _ o) = orderLeafCounts o
+
+-- | A few members as a flat copy for a record of their key (Note [Small
+-- values in records] in "Kv.Store"): its length and its writer, for a
+-- packed set of at most 'recordedItems' members whose maps are one leaf
+-- each; else 'Nothing'.
+sortedFlat :: SortedSet -> Maybe (Int, Ptr Word8 -> IO ())
+sortedFlat (SmallZ z) | zsetSize z <= recordedItems = zsetFlat z
+sortedFlat _ = Nothing
+
+-- | The sorted set whose flat copy of the given length is at the address.
+sortedReadFlat :: Ptr Word8 -> Int -> IO SortedSet
+sortedReadFlat p n = SmallZ <$> zsetReadFlat p n

@@ -53,7 +53,7 @@ import Kv.Clock
 import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
 import Kv.Key (Key, keyHash, storedKey)
 import Kv.Members (Members, membersFlat, membersReadFlat)
-import Kv.SortedSet (SortedSet)
+import Kv.SortedSet (SortedSet, sortedFlat, sortedReadFlat)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwriteWith, recordReadWith,
@@ -401,13 +401,13 @@ putRecord t i r key rv@(Recorded kind n write) = do
 -- A key without an expiry whose value is small is a record off the heap
 -- (Note [Strings off the heap] in "Kv.Record"): a string below
 -- 'sharedBulkBytes', as its bytes; a list of at most 'recordedItems'
--- elements, or a hash or set of at most that many members while a packed
--- map of one leaf ("Kv.Members"), under 'kindList', 'kindSet' or
--- 'kindHash': a list as its elements' bytes ('joinStrings'), a hash or
--- set as its leaf (Note [Packed maps flat] in "Kv.Packed"), if these too
--- are below 'sharedBulkBytes'. So a
--- store of a million small lists, hashes or sets holds none of them on
--- the collected heap. An operation on such a key gets the value decoded
+-- elements, or a hash, set or sorted set of at most that many members
+-- while packed maps of one leaf ("Kv.Members", "Kv.SortedSet"), under
+-- 'kindList', 'kindSet', 'kindHash' or 'kindZSet': a list as its
+-- elements' bytes ('joinStrings'), a hash, set or sorted set as its
+-- leaves (Note [Packed maps flat] in "Kv.Packed"), if these too are below
+-- 'sharedBulkBytes'. So a store of a million small lists, hashes, sets or
+-- sorted sets holds none of them on the collected heap. An operation on such a key gets the value decoded
 -- into a fresh one ('recordLive'), which it may keep or change as it
 -- likes, and the store encodes what it leaves ('recorded'): over the
 -- record's bytes if of the same kind and length, else in a new record.
@@ -418,10 +418,11 @@ putRecord t i r key rv@(Recorded kind n write) = do
 -- its kind, its length, and what writes it at an address.
 data Recorded = Recorded !Int !Int (Ptr Word8 -> IO ())
 
-kindList, kindSet, kindHash :: Int
+kindList, kindSet, kindHash, kindZSet :: Int
 kindList = 1
 kindSet = 2
 kindHash = 3
+kindZSet = 4
 
 -- | How a record would hold a value under a key, if it may.
 recorded :: ByteString -> Value -> Maybe Recorded
@@ -430,6 +431,7 @@ recorded key v = case v of
   VList xs | Just b <- dequeBytes xs -> fits kindList (B.length b, pokeBytes b)
   VSet m | Just w <- membersFlat m -> fits kindSet w
   VHash m | Just w <- membersFlat m -> fits kindHash w
+  VZSet z | Just w <- sortedFlat z -> fits kindZSet w
   _ -> Nothing
   where
     fits kind (n, write) = if recordable key n then Just (Recorded kind n write) else Nothing
@@ -444,6 +446,7 @@ recordLive r = do
   kind <- recordKind r
   if kind == 0 then VString <$> recordValue r
   else if kind == kindList then VList . dequeFromBytes <$> recordValueBytes r
+  else if kind == kindZSet then recordReadWith r (\p n -> VZSet <$> sortedReadFlat p n)
   else recordReadWith r $ \p n -> (if kind == kindSet then VSet else VHash) <$> membersReadFlat p n
 
 -- | The stored key of a key that has no slot yet: never read.
