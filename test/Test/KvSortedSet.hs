@@ -109,9 +109,16 @@ agrees z m = do
     below <- sortedCountWhile z False ((< b) . fst)
     above <- sortedCountWhile z True ((> b) . fst)
     pairBelow <- sortedCountWhile z False (< (b, "m1"))
+    past <- forM [ (off, lim) | off <- [0, 1, 300], lim <- [-1, 0, 3, 300] ] $ \(off, lim) -> do
+      up <- sortedWalkPast z False ((< b) . fst) off lim ((<= b + 1.5) . fst)
+      down <- sortedWalkPast z True ((> b) . fst) off lim ((>= b - 1.5) . fst)
+      let limited = if lim < 0 then id else take lim
+      return (counterexample ("walk past " ++ show (off, lim))
+                (exact up === exact (limited (takeWhile ((<= b + 1.5) . fst) (drop off (dropWhile ((< b) . fst) asc))))
+                 .&&. exact down === exact (limited (takeWhile ((>= b - 1.5) . fst) (drop off (dropWhile ((> b) . fst) desc))))))
     return (counterexample ("count by " ++ show b)
               (below === length (filter ((< b) . fst) asc) .&&. above === length (filter ((> b) . fst) asc)
-               .&&. pairBelow === length (filter (< (b, "m1")) asc)))
+               .&&. pairBelow === length (filter (< (b, "m1")) asc) .&&. conjoin past))
   leaves <- sortedLeafCounts z
   let leavesOk = null leaves
         || (sum leaves == n && all (<= leafEntries) leaves

@@ -20,6 +20,7 @@ module Kv.Record
   , recordedItems
   , recordKeyIs
   , recordKeyCompare
+  , recordKeyWith
   , recordKeyBytes
   , recordValue
   , recordValueBytes
@@ -199,6 +200,11 @@ sameAt a b n
           x <- peekByteOff a i :: IO Word8
           y <- peekByteOff b i
           if x == y then bytesFrom (i + 1) else return False
+
+-- | Read the record's key with the reader, given its address and length;
+-- the reader copies out what it keeps.
+recordKeyWith :: Record -> (Ptr Word8 -> Int -> IO a) -> IO a
+recordKeyWith (Record p) readAt = keyLength p >>= readAt (p `plusPtr` headerBytes)
 
 -- | A copy of the record's key.
 recordKeyBytes :: Record -> IO ByteString

@@ -14,6 +14,7 @@ module Kv.SortedSet
   , sortedAt
   , sortedWalk
   , sortedCountWhile
+  , sortedWalkPast
   , sortedAsc
   , sortedPacked
   , sortedLeafCounts
@@ -22,13 +23,14 @@ module Kv.SortedSet
   ) where
 
 import Data.ByteString (ByteString)
+import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word64, Word8)
 import Foreign.Ptr (Ptr, castPtr, ptrToWordPtr, wordPtrToPtr)
 import Foreign.Storable (peek, poke)
 
 import Kv.Key (Key, bytesHash)
 import Kv.Members (smallMembers)
-import Kv.Record (Record, addrRecord, recordAddr, recordedItems, recordKeyBytes, recordKeyCompare, recordNewWith,
+import Kv.Record (Record, addrRecord, recordAddr, recordedItems, recordKeyBytes, recordKeyCompare, recordKeyWith, recordNewWith,
                   recordOverwriteWith, recordReadWith)
 import Kv.Sorted
 import Kv.Table
@@ -174,6 +176,12 @@ sortedRank (LargeZ t o) m = memberRecord t m >>= \found -> case found of
 entryItem :: Word64 -> Word64 -> IO (Double, ByteString)
 entryItem w a = (,) (wordScore w) <$> recordKeyBytes (addrRecord (wordPtrToPtr (fromIntegral a)))
 
+-- | The score and member of an entry, the member a view of its record's
+-- bytes, not a copy: for a test that keeps nothing of it, run at once.
+entryView :: Word64 -> Word64 -> IO (Double, ByteString)
+entryView w a = recordKeyWith (addrRecord (wordPtrToPtr (fromIntegral a))) $ \p n ->
+  (,) (wordScore w) <$> BU.unsafePackCStringLen (castPtr p, n)
+
 -- | The score and member at a rank (below the size), counted from the
 -- highest if @back@.
 sortedAt :: SortedSet -> Bool -> Int -> IO (Double, ByteString)
@@ -202,8 +210,22 @@ sortedCountWhile (SmallZ z) back keep = return (length (takeWhile keep ((if back
 sortedCountWhile (LargeZ _ o) back keep
   | back = do
       n <- orderSize o
-      (n -) <$> orderCountWhile o (\w a -> not . keep <$> entryItem w a)
-  | otherwise = orderCountWhile o (\w a -> keep <$> entryItem w a)
+      (n -) <$> orderCountWhile o (\w a -> not . keep <$> entryView w a)
+  | otherwise = orderCountWhile o (\w a -> keep <$> entryView w a)
+
+-- | Scores and members (copies) past the first members (the highest if
+-- @back@) that satisfy @skipping@ and @offset@ more, while they satisfy
+-- @keep@, at most @limit@ of them (no limit if negative). On a large set
+-- @skipping@ must hold of a first run and of none after it, as for
+-- 'sortedCountWhile'; the walk starts where the search for the run's
+-- end stops, without counting ranks.
+sortedWalkPast :: SortedSet -> Bool -> ((Double, ByteString) -> Bool) -> Int -> Int -> ((Double, ByteString) -> Bool)
+               -> IO [(Double, ByteString)]
+sortedWalkPast (SmallZ z) back skipping offset limit keep =
+  return (limited (takeWhile keep (drop offset (dropWhile skipping ((if back then zsetDesc else zsetAsc) z)))))
+  where limited = if limit < 0 then id else take limit
+sortedWalkPast (LargeZ _ o) back skipping offset limit keep =
+  orderWalkPast o back (\w a -> skipping <$> entryView w a) offset limit entryItem keep
 
 -- | Scores and members (copies), lowest first.
 sortedAsc :: SortedSet -> IO [(Double, ByteString)]

@@ -16,6 +16,7 @@ module Kv.ZOrder
   , orderAt
   , orderWalk
   , orderCountWhile
+  , orderWalkPast
   , orderLeafCounts
   ) where
 
@@ -295,37 +296,52 @@ orderWalk :: ZOrder -> Bool -> Int -> Int -> (Word64 -> Word64 -> IO x) -> (x ->
 orderWalk o@(ZOrder _ meta) back start limit item keep = do
   size <- readPrimArray meta sizeSlot
   used <- readPrimArray meta usedSlot
-  if start < 0 || start >= size || limit == 0 then return [] else do
+  if start < 0 || start >= size then return [] else do
     (j0, i0) <- findRank o (if back then size - 1 - start else start)
-    let go !j !i !left acc
-          | left == 0 = return (reverse acc)
-          | otherwise = do
-              leaf <- getLeaf o j
-              (w, a) <- entryAt leaf i
-              x <- item w a
-              if not (keep x) then return (reverse acc) else do
-                n <- getCount o j
-                let acc' = x : acc
-                    left' = left - 1
-                if back
-                  then if i > 0 then go j (i - 1) left' acc'
-                       else if j > 0 then getCount o (j - 1) >>= \c -> go (j - 1) (c - 1) left' acc'
-                       else return (reverse acc')
-                  else if i + 1 < n then go j (i + 1) left' acc'
-                       else if j + 1 < used then go (j + 1) 0 left' acc'
-                       else return (reverse acc')
-    go j0 i0 limit []
+    walkFrom o back used j0 i0 limit item keep
+
+-- | Items made of the entries from the one at a leaf and place on, as
+-- 'orderWalk' makes them.
+walkFrom :: ZOrder -> Bool -> Int -> Int -> Int -> Int -> (Word64 -> Word64 -> IO x) -> (x -> Bool) -> IO [x]
+walkFrom o back used j0 i0 limit item keep = go j0 i0 limit []
+  where
+    go !j !i !left acc
+      | left == 0 = return (reverse acc)
+      | otherwise = do
+          leaf <- getLeaf o j
+          (w, a) <- entryAt leaf i
+          x <- item w a
+          if not (keep x) then return (reverse acc) else do
+            n <- getCount o j
+            let acc' = x : acc
+                left' = left - 1
+            if back
+              then if i > 0 then go j (i - 1) left' acc'
+                   else if j > 0 then getCount o (j - 1) >>= \c -> go (j - 1) (c - 1) left' acc'
+                   else return (reverse acc')
+              else if i + 1 < n then go j (i + 1) left' acc'
+                   else if j + 1 < used then go (j + 1) 0 left' acc'
+                   else return (reverse acc')
 
 -- | How many entries, first in order, satisfy @keep@, which must hold of
 -- a first run of the entries and of none after it.
 orderCountWhile :: ZOrder -> (Word64 -> Word64 -> IO Bool) -> IO Int
-orderCountWhile o@(ZOrder _ meta) keep = do
+orderCountWhile o keep = do
+  (j, p) <- seek o keep
+  before <- leavesBefore o j
+  return (before + p)
+
+-- | The leaf and place of the first entry that does not satisfy @keep@
+-- (which holds of a first run of the entries and of none after it); the
+-- place may be the leaf's count, past its last entry.
+seek :: ZOrder -> (Word64 -> Word64 -> IO Bool) -> IO (Int, Int)
+seek o@(ZOrder _ meta) keep = do
   size <- readPrimArray meta sizeSlot
   used <- readPrimArray meta usedSlot
   let holdsAt leaf i = entryAt leaf i >>= uncurry keep
   first <- getLeaf o 0
   ok0 <- if size == 0 then return False else holdsAt first 0
-  if not ok0 then return 0 else do
+  if not ok0 then return (0, 0) else do
     -- The last leaf whose first entry satisfies it.
     let leaves lo hi
           | lo >= hi = return lo
@@ -345,5 +361,40 @@ orderCountWhile o@(ZOrder _ meta) keep = do
               ok <- holdsAt leaf mid
               if ok then places (mid + 1) hi else places lo mid
     p <- places 1 n
-    before <- leavesBefore o j
-    return (before + p)
+    return (j, p)
+
+-- | Items made of the entries past the first run that satisfies @skipping@
+-- (as 'orderCountWhile' counts it), then @offset@ more, while they satisfy
+-- @keep@, at most @limit@ (none if negative), in walk order: backwards
+-- from the last entry if @back@, and then it is the last entries that
+-- @skipping@ must hold of. No rank is counted: the walk starts where the
+-- search ends.
+orderWalkPast :: ZOrder -> Bool -> (Word64 -> Word64 -> IO Bool) -> Int -> Int
+              -> (Word64 -> Word64 -> IO x) -> (x -> Bool) -> IO [x]
+orderWalkPast o@(ZOrder _ meta) back skipping offset limit item keep = do
+  used <- readPrimArray meta usedSlot
+  -- Forwards, the first entry that fails @skipping@; backwards, the
+  -- last one that fails it, just before the first of the final run.
+  (j0, p0) <- seek o (if back then \w a -> not <$> skipping w a else skipping)
+  start <- if back then before j0 p0 else after used j0 p0
+  case start of
+    Nothing -> return []
+    Just (j, p) -> moveBy used j p offset >>= maybe (return []) (\(j', p') -> walkFrom o back used j' p' limit item keep)
+  where
+    before j p
+      | p > 0 = return (Just (j, p - 1))
+      | j > 0 = getCount o (j - 1) >>= \c -> return (Just (j - 1, c - 1))
+      | otherwise = return Nothing
+    after used j p = do
+      n <- getCount o j
+      return $ if p < n then Just (j, p) else if j + 1 < used then Just (j + 1, 0) else Nothing
+    moveBy used j p k
+      | k <= 0 = return (Just (j, p))
+      | back = if p - k >= 0 then return (Just (j, p - k))
+               else if j > 0 then getCount o (j - 1) >>= \c -> moveBy used (j - 1) (c - 1) (k - p - 1)
+               else return Nothing
+      | otherwise = do
+          n <- getCount o j
+          if p + k < n then return (Just (j, p + k))
+          else if j + 1 < used then moveBy used (j + 1) 0 (k - (n - p))
+          else return Nothing

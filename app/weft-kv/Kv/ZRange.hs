@@ -179,8 +179,7 @@ zrangePick range rev offset count z = case range of
     | otherwise -> do
         -- Reversed, the walk starts at the high bound and ends at the low.
         let (near, far) = if rev then (atMost to, atLeast from) else (atLeast from, atMost to)
-        skip <- sortedCountWhile z rev (not . near . fst)
-        sortedWalk z rev (skip + offset) count (far . fst)
+        sortedWalkPast z rev (not . near . fst) offset count (far . fst)
   ByLex lo hi
     -- The offset skips members before the far end is checked (Note
     -- [Lex ranges over mixed scores]); reversed, the far end is the low.
