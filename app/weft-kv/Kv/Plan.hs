@@ -23,8 +23,8 @@ module Kv.Plan
   , withTimeout
     -- * Collections
   , sizeOp
-  , removeFrom
   , removeMembers
+  , removeEach
   , onMembers
   , answering
   , Combine (..)
@@ -196,36 +196,32 @@ sizeOp size _ _ v = case v of
     Nothing -> Outcome Keep wrongType
     Just n -> InPlace (Outcome Keep . RInt <$> n)
 
--- | Remove items from a collection: how many were there. A key whose
--- collection empties goes, as in redis; one of another type is WRONGTYPE.
-removeFrom :: (Value -> Maybe c) -> (c -> Value) -> (ByteString -> c -> c) -> (c -> Int) -> [ByteString] -> KeyOp
-removeFrom view wrap remove size items _ _ v = case v of
-  Nothing -> Outcome Keep (RInt 0)
-  Just value -> case view value of
-    Nothing -> Outcome Keep wrongType
-    Just c -> let c' = foldr remove c items
-                  removed = size c - size c'
-                  update | removed == 0 = Keep
-                         | size c' == 0 = Delete
-                         | otherwise = Replace (wrap c')
-              in Outcome update (RInt removed)
-
 -- | HDEL and SREM: remove members from a hash's or set's table (@view@
 -- picks it out of the right type), in place: how many were there. A key
 -- whose table empties goes; one of another type is WRONGTYPE.
 removeMembers :: (Value -> Maybe Members) -> (Members -> Value) -> [ByteString] -> KeyOp
-removeMembers view wrap items _ _ = onMembers view (Outcome Keep (RInt 0)) $ \m0 -> do
-  (m, removed) <- foldM (\(m, n) x -> fmap (\was -> n + fromEnum was) <$> membersRemove m x) (m0, 0) items
-  left <- membersSize m
-  let update | removed == 0 = Keep
-             | left == 0 = Delete
-             | otherwise = Replace (wrap m)
+removeMembers view wrap items _ _ = onMembers view (Outcome Keep (RInt 0)) $ \m -> do
+  (removed, update) <- removeEach membersRemove membersSize wrap m items
   return (Outcome update (RInt removed))
 
--- | An operation in place on a hash's or set's members (Note [Values
--- changed in place] in "Kv.Store"; @view@ picks them out of a value of
--- the right type): @missing@ for no key, WRONGTYPE for another type.
-onMembers :: (Value -> Maybe Members) -> Outcome -> (Members -> IO Outcome) -> Maybe Value -> Outcome
+-- | Remove items from a collection, in place (with @remove@, which gives
+-- what the key then holds and whether the item was there; @size@ counts
+-- what is left): how many were there, and the key's update (it goes if
+-- emptied, as in redis; it stays as it is if nothing was removed).
+removeEach :: (c -> ByteString -> IO (c, Bool)) -> (c -> IO Int) -> (c -> Value) -> c -> [ByteString] -> IO (Int, Update)
+removeEach remove size wrap c0 items = do
+  (c, removed) <- foldM (\(c, n) x -> fmap (\was -> n + fromEnum was) <$> remove c x) (c0, 0) items
+  left <- size c
+  let update | removed == 0 = Keep
+             | left == 0 = Delete
+             | otherwise = Replace (wrap c)
+  return (removed, update)
+
+-- | An operation in place on a hash's, set's or sorted set's members
+-- (Note [Values changed in place] in "Kv.Store"; @view@ picks them out
+-- of a value of the right type): @missing@ for no key, WRONGTYPE for
+-- another type.
+onMembers :: (Value -> Maybe c) -> Outcome -> (c -> IO Outcome) -> Maybe Value -> Outcome
 onMembers view missing act v = case v of
   Nothing -> missing
   Just x -> maybe (Outcome Keep wrongType) (InPlace . act) (view x)

@@ -67,15 +67,15 @@ import Kv.ZOrder
 -- table, and it stays one however few members it keeps.
 
 -- | Never made: a large sorted set's table holds records only.
-newtype NoEntry = NoEntry Key
+newtype RecordsOnly = RecordsOnly Key
 
-instance Keyed NoEntry where
-  entryKey (NoEntry k) = k
+instance Keyed RecordsOnly where
+  entryKey (RecordsOnly k) = k
 
 -- | A sorted set (Note [Sorted sets in tables]).
 data SortedSet
   = SmallZ !ZSet
-  | LargeZ !(Table NoEntry) !ZOrder
+  | LargeZ !(Table RecordsOnly) !ZOrder
 
 emptySorted :: SortedSet
 emptySorted = SmallZ emptyZSet
@@ -86,12 +86,12 @@ sortedFromAscList :: [(Double, ByteString)] -> IO SortedSet
 sortedFromAscList ps
   | length ps <= smallMembers = return (SmallZ (zsetFromAscList ps))
   | otherwise = do
-      (t, o) <- newLarge
+      (t, o) <- newOrdered
       mapM_ (\(s, m) -> moveLarge t o m (if s == 0 then 0 else s) Nothing) ps
       return (LargeZ t o)
 
-newLarge :: IO (Table NoEntry, ZOrder)
-newLarge = do
+newOrdered :: IO (Table RecordsOnly, ZOrder)
+newOrdered = do
   t <- newTable
   tableFreeOnDrop t
   o <- newOrder
@@ -115,7 +115,7 @@ recordScore :: Record -> IO Word64
 recordScore r = recordReadWith r (\p _ -> peek (castPtr p))
 
 -- | The record of a member, if it is in the table.
-memberRecord :: Table NoEntry -> ByteString -> IO (Maybe Record)
+memberRecord :: Table RecordsOnly -> ByteString -> IO (Maybe Record)
 memberRecord t m = do
   i <- tableFind t (bytesHash m) m
   if i < 0 then return Nothing else Just <$> tableRecord t i
@@ -131,14 +131,14 @@ sortedScore (LargeZ t _) m = memberRecord t m >>= traverse (fmap wordScore . rec
 sortedMove :: SortedSet -> ByteString -> Double -> Maybe Double -> IO SortedSet
 sortedMove (SmallZ z) m s0 old
   | zsetSize z' > smallMembers = do
-      (t, o) <- newLarge
+      (t, o) <- newOrdered
       mapM_ (\(s, x) -> moveLarge t o x s Nothing) (zsetAsc z')
       return (LargeZ t o)
   | otherwise = return (SmallZ z')
   where !z' = zsetMove m s0 old z
 sortedMove z@(LargeZ t o) m s0 old = z <$ moveLarge t o m (if s0 == 0 then 0 else s0) old
 
-moveLarge :: Table NoEntry -> ZOrder -> ByteString -> Double -> Maybe Double -> IO ()
+moveLarge :: Table RecordsOnly -> ZOrder -> ByteString -> Double -> Maybe Double -> IO ()
 moveLarge t o m s old = do
   let !w = scoreWord s
   r <- case old of

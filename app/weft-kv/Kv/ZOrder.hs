@@ -46,10 +46,13 @@ import GHC.Exts (RealWorld)
 -- the only leaf of an empty order; a leaf's entries are sorted, and
 -- every entry of a leaf comes before every entry of the next; the
 -- index's counts are the leaves' entries, and their sum is the order's
--- size. An insert into a full leaf splits it in halves; a delete that
--- empties a leaf takes it out of the index, and one that leaves a leaf
--- and a neighbour together within half a leaf merges them, so that a
--- walk does not cross long runs of nearly empty leaves. A rank is the
+-- size; and any two neighbouring leaves hold more than half a leaf's
+-- entries between them, so that a walk does not cross long runs of
+-- nearly empty leaves. An insert into a full leaf splits it in halves; a
+-- delete that empties a leaf takes it out of the index, and one that
+-- leaves a leaf and a neighbour together within half a leaf merges them
+-- (a delete lowers one leaf by one, so one merge restores the bound for
+-- both its neighbours). A rank is the
 -- counts of the leaves before plus the place in the leaf: a scan of the
 -- index, a few thousand additions for a million members.
 
@@ -154,14 +157,14 @@ lowerIn probe leaf = go 0
           o <- probeAt probe leaf mid
           if o == GT then go (mid + 1) hi else go lo mid
 
-setCount :: ZOrder -> Int -> Int -> IO ()
-setCount (ZOrder ref _) j n = readIORef ref >>= \ix -> writePrimArray (ixCounts ix) j n
+setLeafCount :: ZOrder -> Int -> Int -> IO ()
+setLeafCount (ZOrder ref _) j n = readIORef ref >>= \ix -> writePrimArray (ixCounts ix) j n
 
-getCount :: ZOrder -> Int -> IO Int
-getCount (ZOrder ref _) j = readIORef ref >>= \ix -> readPrimArray (ixCounts ix) j
+leafCount :: ZOrder -> Int -> IO Int
+leafCount (ZOrder ref _) j = readIORef ref >>= \ix -> readPrimArray (ixCounts ix) j
 
-getLeaf :: ZOrder -> Int -> IO Leaf
-getLeaf (ZOrder ref _) j = readIORef ref >>= \ix -> readArray (ixLeaves ix) j
+leafAt :: ZOrder -> Int -> IO Leaf
+leafAt (ZOrder ref _) j = readIORef ref >>= \ix -> readArray (ixLeaves ix) j
 
 bumpSize :: ZOrder -> Int -> IO ()
 bumpSize (ZOrder _ meta) d = readPrimArray meta sizeSlot >>= writePrimArray meta sizeSlot . (+ d)
@@ -179,16 +182,16 @@ orderInsert o probe w a = do
   (j, leaf, n) <- locate o probe
   p <- lowerIn probe leaf n
   if n < leafEntries
-    then putIn leaf n p w a >> setCount o j (n + 1)
+    then putIn leaf n p w a >> setLeafCount o j (n + 1)
     else do
       let half = n `quot` 2
       new <- newLeaf
       copyMutableByteArray new 0 leaf (half * entryBytes) ((n - half) * entryBytes)
-      setCount o j half
+      setLeafCount o j half
       insertLeaf o (j + 1) new (n - half)
       if p <= half
-        then putIn leaf half p w a >> setCount o j (half + 1)
-        else putIn new (n - half) (p - half) w a >> setCount o (j + 1) (n - half + 1)
+        then putIn leaf half p w a >> setLeafCount o j (half + 1)
+        else putIn new (n - half) (p - half) w a >> setLeafCount o (j + 1) (n - half + 1)
   bumpSize o 1
 
 -- | Put a leaf into the index at a place, growing the index if full.
@@ -235,12 +238,12 @@ orderDelete o@(ZOrder _ meta) probe = do
   when found $ do
     moveByteArray leaf (p * entryBytes) leaf ((p + 1) * entryBytes) ((n - p - 1) * entryBytes)
     let n' = n - 1
-    setCount o j n'
+    setLeafCount o j n'
     bumpSize o (-1)
     used <- readPrimArray meta usedSlot
     if n' == 0 && used > 1 then removeLeaf o j else do
-      next <- if j + 1 < used then getCount o (j + 1) else return leafEntries
-      prev <- if j > 0 then getCount o (j - 1) else return leafEntries
+      next <- if j + 1 < used then leafCount o (j + 1) else return leafEntries
+      prev <- if j > 0 then leafCount o (j - 1) else return leafEntries
       if n' + next <= leafEntries `quot` 2 then mergeInto j n' (j + 1) next
       else when (prev + n' <= leafEntries `quot` 2) $ mergeInto (j - 1) prev j n'
   return found
@@ -248,10 +251,10 @@ orderDelete o@(ZOrder _ meta) probe = do
     -- The second leaf's entries go to the end of the first's, and the
     -- second leaf out of the index.
     mergeInto a na b nb = do
-      la <- getLeaf o a
-      lb <- getLeaf o b
+      la <- leafAt o a
+      lb <- leafAt o b
       copyMutableByteArray la (na * entryBytes) lb 0 (nb * entryBytes)
-      setCount o a (na + nb)
+      setLeafCount o a (na + nb)
       removeLeaf o b
 
 -- | The rank (from 0, first in order) of the entry the probe finds.
@@ -286,7 +289,7 @@ findRank (ZOrder ref _) = go 0
 orderAt :: ZOrder -> Int -> IO (Word64, Word64)
 orderAt o r = do
   (j, i) <- findRank o r
-  leaf <- getLeaf o j
+  leaf <- leafAt o j
   entryAt leaf i
 
 -- | Items made of the entries from a rank on (counted from the last
@@ -308,16 +311,16 @@ walkFrom o back used j0 i0 limit item keep = go j0 i0 limit []
     go !j !i !left acc
       | left == 0 = return (reverse acc)
       | otherwise = do
-          leaf <- getLeaf o j
+          leaf <- leafAt o j
           (w, a) <- entryAt leaf i
           x <- item w a
           if not (keep x) then return (reverse acc) else do
-            n <- getCount o j
+            n <- leafCount o j
             let acc' = x : acc
                 left' = left - 1
             if back
               then if i > 0 then go j (i - 1) left' acc'
-                   else if j > 0 then getCount o (j - 1) >>= \c -> go (j - 1) (c - 1) left' acc'
+                   else if j > 0 then leafCount o (j - 1) >>= \c -> go (j - 1) (c - 1) left' acc'
                    else return (reverse acc')
               else if i + 1 < n then go j (i + 1) left' acc'
                    else if j + 1 < used then go (j + 1) 0 left' acc'
@@ -339,7 +342,7 @@ seek o@(ZOrder _ meta) keep = do
   size <- readPrimArray meta sizeSlot
   used <- readPrimArray meta usedSlot
   let holdsAt leaf i = entryAt leaf i >>= uncurry keep
-  first <- getLeaf o 0
+  first <- leafAt o 0
   ok0 <- if size == 0 then return False else holdsAt first 0
   if not ok0 then return (0, 0) else do
     -- The last leaf whose first entry satisfies it.
@@ -347,12 +350,12 @@ seek o@(ZOrder _ meta) keep = do
           | lo >= hi = return lo
           | otherwise = do
               let mid = (lo + hi + 1) `quot` 2
-              leaf <- getLeaf o mid
+              leaf <- leafAt o mid
               ok <- holdsAt leaf 0
               if ok then leaves mid hi else leaves lo (mid - 1)
     j <- leaves 0 (used - 1)
-    leaf <- getLeaf o j
-    n <- getCount o j
+    leaf <- leafAt o j
+    n <- leafCount o j
     -- The first place in it that does not.
     let places lo hi
           | lo >= hi = return lo
@@ -383,18 +386,18 @@ orderWalkPast o@(ZOrder _ meta) back skipping offset limit item keep = do
   where
     before j p
       | p > 0 = return (Just (j, p - 1))
-      | j > 0 = getCount o (j - 1) >>= \c -> return (Just (j - 1, c - 1))
+      | j > 0 = leafCount o (j - 1) >>= \c -> return (Just (j - 1, c - 1))
       | otherwise = return Nothing
     after used j p = do
-      n <- getCount o j
+      n <- leafCount o j
       return $ if p < n then Just (j, p) else if j + 1 < used then Just (j + 1, 0) else Nothing
     moveBy used j p k
       | k <= 0 = return (Just (j, p))
       | back = if p - k >= 0 then return (Just (j, p - k))
-               else if j > 0 then getCount o (j - 1) >>= \c -> moveBy used (j - 1) (c - 1) (k - p - 1)
+               else if j > 0 then leafCount o (j - 1) >>= \c -> moveBy used (j - 1) (c - 1) (k - p - 1)
                else return Nothing
       | otherwise = do
-          n <- getCount o j
+          n <- leafCount o j
           if p + k < n then return (Just (j, p + k))
           else if j + 1 < used then moveBy used (j + 1) 0 (k - (n - p))
           else return Nothing

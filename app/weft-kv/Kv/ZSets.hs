@@ -17,8 +17,6 @@ import Data.List (nub, sort, sortOn)
 import Data.Maybe (fromMaybe, mapMaybe)
 import qualified Data.Set as Set
 
-import Control.Monad (foldM)
-
 import Kv.Plan
 import Kv.Members (membersAscList, smallMembers)
 import Kv.Packed (packedToDescList)
@@ -149,28 +147,22 @@ zpopOp top count _ _ = onZSet (Outcome Keep (RArray [])) $ \z -> do
   (_, update) <- removeAll z (map snd taken)
   return (Outcome (if null taken then Keep else update) (withScores True taken))
 
--- | A sorted set's operation in place (Note [Values changed in place] in
--- "Kv.Store"): @missing@ for no key, WRONGTYPE for another type.
+-- | A sorted set, if the value is one.
+zsetOf :: Value -> Maybe SortedSet
+zsetOf (VZSet z) = Just z
+zsetOf _ = Nothing
+
+-- | A sorted set's operation in place ('onMembers'): @missing@ for no key.
 onZSet :: Outcome -> (SortedSet -> IO Outcome) -> Maybe Value -> Outcome
-onZSet missing act v = case v of
-  Nothing -> missing
-  Just (VZSet z) -> InPlace (act z)
-  Just _ -> Outcome Keep wrongType
+onZSet = onMembers zsetOf
 
 -- | A read of a sorted set: the reply from it, @missing@ for no key.
 zsetRead :: Reply -> (SortedSet -> IO Reply) -> Maybe Value -> Outcome
 zsetRead missing answer = onZSet (Outcome Keep missing) (fmap (Outcome Keep) . answer)
 
--- | Remove the members: how many were there, and the update (an
--- emptied sorted set goes; one that lost nothing stays as it is).
+-- | Remove the members: how many were there, and the update.
 removeAll :: SortedSet -> [ByteString] -> IO (Int, Update)
-removeAll z0 ms = do
-  (z, removed) <- foldM (\(z, n) m -> fmap (\was -> n + fromEnum was) <$> sortedRemove z m) (z0, 0 :: Int) ms
-  left <- sortedSize z
-  let update | removed == 0 = Keep
-             | left == 0 = Delete
-             | otherwise = Replace (VZSet z)
-  return (removed, update)
+removeAll = removeEach sortedRemove sortedSize VZSet
 
 -- | ZREM: how many of the members were there; an emptied sorted set goes.
 zremOp :: [ByteString] -> KeyOp
