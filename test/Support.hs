@@ -10,6 +10,7 @@ module Support
   , eventually
   , liveRegistrations
   , pendingTimers
+  , recordsDownTo
   , openFdCount
   , startManagers
   , raiseFdLimit
@@ -38,6 +39,8 @@ import System.Posix.IO (closeFd, handleToFd)
 import System.Posix.Resource
 import System.Posix.Types (CSsize (..), Fd (..))
 import Test.Hspec
+
+import Kv.Record (recordsLive)
 
 import qualified Weft.Event as E
 
@@ -91,6 +94,19 @@ liveRegistrations = sum . map E.statLiveRegistrations <$> (mapM E.getManagerStat
 
 pendingTimers :: IO Int
 pendingTimers = sum . map E.statPendingTimers <$> (mapM E.getManagerStats =<< E.systemManagers)
+
+-- | weft-kv's live records once collections have run until no more than
+-- the given count are left, or a bounded while (2 s) has passed: a
+-- table nothing holds frees its records in a finalizer, in a thread of
+-- its own after a collection.
+recordsDownTo :: Int -> IO Int
+recordsDownTo target = go (100 :: Int)
+  where
+    go n = do
+      performMajorGC
+      Control.Concurrent.threadDelay 20000
+      (now, _) <- recordsLive
+      if now <= target || n == 0 then return now else go (n - 1)
 
 -- | Start the system manager of every capability, so that fd counts taken
 -- afterwards do not see managers starting.

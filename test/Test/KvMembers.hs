@@ -7,13 +7,11 @@
 -- and the records of a table nothing holds any more are freed.
 module Test.KvMembers (spec) where
 
-import Control.Concurrent (threadDelay)
 import Control.Monad (foldM, forM)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
 import qualified Data.Map.Strict as Map
-import System.Mem (performMajorGC)
 import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck
@@ -21,6 +19,8 @@ import Test.QuickCheck
 import Kv.Members
 import Kv.Record (recordsLive)
 import Kv.Str (sharedBulkBytes)
+
+import Support (recordsDownTo)
 
 data MembersOp
   = MPut ByteString ByteString
@@ -108,13 +108,4 @@ spec = describe "hash and set contents (Kv.Members)" $ do
     fill `shouldReturn` 2000
     (during, _) <- recordsLive
     during - atStart `shouldSatisfy` (>= 2000)
-    -- The finalizers run in a thread of their own after the collection:
-    -- wait for them, a bounded while.
-    let settle :: Int -> IO Int
-        settle n = do
-          performMajorGC
-          threadDelay 20000
-          (now, _) <- recordsLive
-          if now <= atStart || n == 0 then return now else settle (n - 1)
-    left <- settle 100
-    left `shouldSatisfy` (<= atStart)
+    recordsDownTo atStart >>= (`shouldSatisfy` (<= atStart))

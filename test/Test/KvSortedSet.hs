@@ -8,14 +8,12 @@
 -- set nothing holds any more are freed.
 module Test.KvSortedSet (spec) where
 
-import Control.Concurrent (threadDelay)
 import Control.Monad (foldM, forM, forM_)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString.Char8 as C
 import qualified Data.Map.Strict as Map
 import qualified Data.Set as Set
 import GHC.Float (castDoubleToWord64)
-import System.Mem (performMajorGC)
 import Test.Hspec
 import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck
@@ -23,6 +21,8 @@ import Test.QuickCheck
 import Kv.Record (recordsLive)
 import Kv.SortedSet
 import Kv.ZOrder (leafEntries)
+
+import Support (recordsDownTo)
 
 data ZOp
   = ZPut ByteString Double
@@ -155,13 +155,4 @@ spec = describe "sorted-set contents (Kv.SortedSet, Kv.ZOrder)" $ do
     fill `shouldReturn` 2000
     (during, _) <- recordsLive
     during - atStart `shouldSatisfy` (>= 2000)
-    -- The finalizers run in a thread of their own after the collection:
-    -- wait for them, a bounded while.
-    let settle :: Int -> IO Int
-        settle k = do
-          performMajorGC
-          threadDelay 20000
-          (now, _) <- recordsLive
-          if now <= atStart || k == 0 then return now else settle (k - 1)
-    left <- settle 100
-    left `shouldSatisfy` (<= atStart)
+    recordsDownTo atStart >>= (`shouldSatisfy` (<= atStart))

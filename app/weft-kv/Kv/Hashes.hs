@@ -59,7 +59,7 @@ hashWrite act = onMembers hashOf (InPlace (act emptyMembers)) act
 -- | A read of a hash: the reply from its fields, @missing@ for no key,
 -- WRONGTYPE for another type.
 hashRead :: Reply -> (Members -> IO Reply) -> KeyOp
-hashRead missing answer _ _ = onMembers hashOf (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+hashRead missing answer _ _ = readMembers hashOf missing answer
 
 -- | HSET and HMSET, given the fields and values as slices of the request
 -- (the hash copies them in): how many fields are new.

@@ -26,6 +26,7 @@ module Kv.Plan
   , removeMembers
   , removeEach
   , onMembers
+  , readMembers
   , answering
   , Combine (..)
     -- * Random choices
@@ -225,6 +226,11 @@ onMembers :: (Value -> Maybe c) -> Outcome -> (c -> IO Outcome) -> Maybe Value -
 onMembers view missing act v = case v of
   Nothing -> missing
   Just x -> maybe (Outcome Keep wrongType) (InPlace . act) (view x)
+
+-- | A read of a hash's, set's or sorted set's members ('onMembers'): the
+-- reply from them, @missing@ for no key.
+readMembers :: (Value -> Maybe c) -> Reply -> (c -> IO Reply) -> Maybe Value -> Outcome
+readMembers view missing answer = onMembers view (Outcome Keep missing) (fmap (Outcome Keep) . answer)
 
 -- | The operation with another reply where it succeeds (an error, such
 -- as WRONGTYPE, stands): SMOVE and LMOVE add with SADD's and LPUSH's

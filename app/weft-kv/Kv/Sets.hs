@@ -54,7 +54,7 @@ onSet = onMembers setOf
 
 -- | A read of a set: the reply from its members, @missing@ for no key.
 setRead :: Reply -> (Members -> IO Reply) -> Maybe Value -> Outcome
-setRead missing answer = onSet (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+setRead = readMembers setOf
 
 -- | SADD. The members are slices of the request: those not in the set are
 -- copied in, and a set that gains none stays as it is.

@@ -158,7 +158,7 @@ onZSet = onMembers zsetOf
 
 -- | A read of a sorted set: the reply from it, @missing@ for no key.
 zsetRead :: Reply -> (SortedSet -> IO Reply) -> Maybe Value -> Outcome
-zsetRead missing answer = onZSet (Outcome Keep missing) (fmap (Outcome Keep) . answer)
+zsetRead = readMembers zsetOf
 
 -- | Remove the members: how many were there, and the update.
 removeAll :: SortedSet -> [ByteString] -> IO (Int, Update)
