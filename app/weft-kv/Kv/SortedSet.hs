@@ -60,7 +60,8 @@ import Kv.ZOrder
 -- the set unreachable (Note [Tables the collector frees] in
 -- "Kv.Table"), and nothing else holds the order. As with a large hash,
 -- only the key's color touches a large sorted set, in IO, and whatever
--- a read gives back is a copy.
+-- a read gives back is a copy; a search's tests alone see members where
+-- their records keep them ('entryView'), and keep nothing of them.
 --
 -- Up to 'smallMembers' members the set stays packed (Note [Sorted sets
 -- packed] in "Kv.Sorted"); the write that takes it past moves it into a
