@@ -10,7 +10,8 @@ module Support
   , eventually
   , liveRegistrations
   , pendingTimers
-  , recordsDownTo
+  , settledRecords
+  , recordsFreedOnDrop
   , openFdCount
   , startManagers
   , raiseFdLimit
@@ -107,6 +108,31 @@ recordsDownTo target = go (100 :: Int)
       Control.Concurrent.threadDelay 20000
       (now, _) <- recordsLive
       if now <= target || n == 0 then return now else go (n - 1)
+
+-- | weft-kv's live records once collections have run until two readings
+-- agree, or a bounded while (2 s) has passed: what earlier tests dropped
+-- is freed by then, so a count taken afterwards moves only with what
+-- the caller does.
+settledRecords :: IO Int
+settledRecords = go (100 :: Int) . fst =<< recordsLive
+  where
+    go n previous = do
+      performMajorGC
+      Control.Concurrent.threadDelay 20000
+      (now, _) <- recordsLive
+      if now == previous || n == 0 then return now else go (n - 1) now
+
+-- | What @build@ makes holds at least @n@ records while it is held, and
+-- frees every one once dropped. @build@ returns an action reading the
+-- structure's size, which holds the structure until the count is taken.
+recordsFreedOnDrop :: Int -> IO (IO Int) -> Expectation
+recordsFreedOnDrop n build = do
+  atStart <- settledRecords
+  sizeOf <- build
+  (during, _) <- recordsLive
+  sizeOf `shouldReturn` n
+  during - atStart `shouldSatisfy` (>= n)
+  recordsDownTo atStart >>= (`shouldSatisfy` (<= atStart))
 
 -- | Start the system manager of every capability, so that fd counts taken
 -- afterwards do not see managers starting.
