@@ -12,6 +12,7 @@ module Support
   , pendingTimers
   , settledRecords
   , recordsFreedOnDrop
+  , modelRun
   , openFdCount
   , startManagers
   , raiseFdLimit
@@ -40,6 +41,7 @@ import System.Posix.IO (closeFd, handleToFd)
 import System.Posix.Resource
 import System.Posix.Types (CSsize (..), Fd (..))
 import Test.Hspec
+import Test.QuickCheck (Property, conjoin, (.&&.))
 
 import Kv.Record (recordsLive)
 
@@ -202,3 +204,15 @@ withFdHeadroom n act = do
 -- | Open a file for reading, as an fd the caller closes.
 openReadOnly :: FilePath -> IO Fd
 openReadOnly path = handleToFd =<< openBinaryFile path ReadMode
+
+-- | A model test's run over a list of operations: @step@ applies each to
+-- the structure and to its model, checking the operation's own answer;
+-- @agrees@ then checks every read of the structure against the model.
+modelRun :: (s -> m -> op -> IO (s, m, Property)) -> (s -> m -> IO Property) -> s -> m -> [op] -> IO Property
+modelRun step agrees = go []
+  where
+    go acc _ _ [] = return (conjoin (reverse acc))
+    go acc s m (op : ops) = do
+      (s', m', p) <- step s m op
+      a <- agrees s' m'
+      go ((p .&&. a) : acc) s' m' ops

@@ -19,7 +19,7 @@ import Test.QuickCheck
 import Kv.Members
 import Kv.Str (sharedBulkBytes)
 
-import Support (recordsFreedOnDrop)
+import Support (modelRun, recordsFreedOnDrop)
 
 data MembersOp
   = MPut ByteString ByteString
@@ -87,13 +87,8 @@ agrees t m = do
 
 spec :: Spec
 spec = describe "hash and set contents (Kv.Members)" $ do
-  modifyMaxSuccess (const 150) $ prop "agree with Data.Map after any writes" $ \(ops :: [MembersOp]) -> ioProperty $ do
-    (_, _, ps) <- foldM (\(t, m, acc) op -> do
-                        (t', m', p) <- step t m op
-                        a <- agrees t' m'
-                        return (t', m', (p .&&. a) : acc))
-                     (emptyMembers, Map.empty, []) ops
-    return (conjoin (reverse ps))
+  modifyMaxSuccess (const 150) $ prop "agree with Data.Map after any writes" $ \(ops :: [MembersOp]) -> ioProperty $
+    modelRun step agrees emptyMembers Map.empty ops
 
   it "built from a list holds the last value of each member" $ do
     t <- membersFromList [("a", "1"), ("b", "2"), ("a", "3")]

@@ -21,7 +21,7 @@ import Test.QuickCheck
 import Kv.SortedSet
 import Kv.ZOrder (leafEntries)
 
-import Support (recordsFreedOnDrop)
+import Support (modelRun, recordsFreedOnDrop)
 
 data ZOp
   = ZPut ByteString Double
@@ -130,13 +130,8 @@ agrees z m = do
 
 spec :: Spec
 spec = describe "sorted-set contents (Kv.SortedSet, Kv.ZOrder)" $ do
-  modifyMaxSuccess (const 100) $ prop "agree with Data.Set after any writes" $ \(ops :: [ZOp]) -> ioProperty $ do
-    (_, _, ps) <- foldM (\(z, m, acc) op -> do
-                        (z', m', p) <- step z m op
-                        a <- agrees z' m'
-                        return (z', m', (p .&&. a) : acc))
-                     (emptySorted, Map.empty, []) ops
-    return (conjoin (reverse ps))
+  modifyMaxSuccess (const 100) $ prop "agree with Data.Set after any writes" $ \(ops :: [ZOp]) -> ioProperty $
+    modelRun step agrees emptySorted Map.empty ops
 
   it "built from an ascending list, large or small, holds it" $ do
     let items n = [ (fromIntegral (j `mod` 3), C.pack ("k" ++ show j)) | j <- [1 .. n :: Int] ]
