@@ -208,10 +208,11 @@ openReadOnly path = handleToFd =<< openBinaryFile path ReadMode
 -- | A model test's run over a list of operations: @step@ applies each to
 -- the structure and to its model, checking the operation's own answer;
 -- @agrees@ then checks every read of the structure against the model.
-modelRun :: (s -> m -> op -> IO (s, m, Property)) -> (s -> m -> IO Property) -> s -> m -> [op] -> IO Property
+-- Gives the structure left at the end too.
+modelRun :: (s -> m -> op -> IO (s, m, Property)) -> (s -> m -> IO Property) -> s -> m -> [op] -> IO (Property, s)
 modelRun step agrees = go []
   where
-    go acc _ _ [] = return (conjoin (reverse acc))
+    go acc s _ [] = return (conjoin (reverse acc), s)
     go acc s m (op : ops) = do
       (s', m', p) <- step s m op
       a <- agrees s' m'

@@ -19,17 +19,20 @@ module Kv.Members
   , membersPacked
   , smallMembers
   , membersFlat
-  , membersReadFlat
+  , membersInRecord
+  , membersOwn
   ) where
 
-import Control.Monad (foldM)
+import Control.Monad (foldM, when)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import Data.List (sortOn)
 import Data.Maybe (isJust)
 import Data.Word (Word64, Word8)
+import Foreign.Marshal.Utils (moveBytes)
 import Foreign.Ptr (Ptr)
 
+import Kv.Flat
 import Kv.Key (Key, bytesHash, keyBytes, storedKey)
 import Kv.Packed
 import Kv.Record (isRecord, recordFits, recordKeyBytes, recordNewBytes, recordOverwriteBytes,
@@ -68,6 +71,26 @@ import Kv.Table
 -- rest when the collector finds the table unreachable (Note [Tables the
 -- collector frees] in "Kv.Table").
 
+-- Note [Members read in their record]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A small hash or set under a key without an expiry is its packed map's
+-- flat copy in the key's record (Note [Small values in records] in
+-- "Kv.Store"). An operation on it is given that copy where it lies
+-- ('InRecord'), not a map built from it: a read (HGET, SISMEMBER, the
+-- size) searches it in place ("Kv.Flat"), a value given a new one of the
+-- same length (HSET of a field that is there) is written over in place,
+-- and a member added that is there already (SADD, HSETNX) or removed that
+-- is not changes nothing; only another write builds the map ('membersOwn')
+-- and goes on there. What the operation leaves is then written back as
+-- any value is: the copy itself is the record's value already, of its
+-- kind and length, so that write is none.
+--
+-- The view points into the record, which the operation's update may free
+-- or replace, so it must not outlive the operation: every read copies
+-- out what it answers (as from a table), and a value that moves out of
+-- its record (a key given an expiry goes to an entry on the heap) is
+-- made its own map first ('membersOwn', in "Kv.Store"'s 'putEntry').
+
 -- | The most members a hash or set keeps as a packed map.
 smallMembers :: Int
 smallMembers = 128
@@ -84,6 +107,9 @@ instance Keyed Big where
 data Members
   = Small !Packed
   | Large !(Table Big)
+  | InRecord !(Ptr Word8) !Int
+    -- ^ A flat copy, of this length, in the key's record, valid while
+    -- the operation given it runs (Note [Members read in their record]).
 
 -- | No members (a key that holds none does not exist: this is where a
 -- new hash or set starts).
@@ -105,6 +131,7 @@ membersFromList = foldM (\m (k, v) -> fst <$> membersPut m k v) emptyMembers
 membersSize :: Members -> IO Int
 membersSize (Small p) = return (packedSize p)
 membersSize (Large t) = tableSize t
+membersSize (InRecord p _) = flatItems p
 {-# INLINE membersSize #-}
 
 -- | The slot of a member in a table, or -1.
@@ -118,6 +145,9 @@ membersLookup (Small p) k = return (packedLookup k p)
 membersLookup (Large t) k = do
   i <- memberSlot t k
   if i < 0 then return Nothing else Just <$> valueAt t i
+membersLookup (InRecord p _) k = do
+  i <- flatSearch p k
+  if i < 0 then return Nothing else Just <$> flatValue p i
 
 -- | The value in a slot, a copy.
 valueAt :: Table Big -> Int -> IO ByteString
@@ -128,6 +158,7 @@ valueAt t i = do
 membersHas :: Members -> ByteString -> IO Bool
 membersHas (Small p) k = return (isJust (packedFind k p))
 membersHas (Large t) k = (>= 0) <$> memberSlot t k
+membersHas (InRecord p _) k = (>= 0) <$> flatSearch p k
 
 -- | Give a member this value (both copied in): what the key holds now,
 -- and whether the member is new.
@@ -144,6 +175,10 @@ membersPut (Small p) k v
 membersPut m@(Large t) k v = do
   !new <- tablePut t k v
   return (m, new)
+membersPut m@(InRecord p _) k v = do
+  i <- flatSearch p k
+  written <- if i >= 0 then flatOverwrite p i v else return False
+  if written then return (m, False) else membersOwn m >>= \o -> membersPut o k v
 {-# INLINE membersPut #-}
 
 -- | Give a member of a table this value: whether it is new.
@@ -181,6 +216,9 @@ membersAdd m@(Large t) k v = do
   if i >= 0 then return (m, False) else do
     _ <- putAt t k v i
     return (m, True)
+membersAdd m@(InRecord p _) k v = do
+  i <- flatSearch p k
+  if i >= 0 then return (m, False) else membersOwn m >>= \o -> membersPut o k v
 
 -- | Remove a member: what the key holds now, and whether the member was
 -- there.
@@ -192,6 +230,9 @@ membersRemove m@(Small p) k
 membersRemove m@(Large t) k = do
   i <- memberSlot t k
   if i < 0 then return (m, False) else (m, True) <$ tableDelete t i
+membersRemove m@(InRecord p _) k = do
+  i <- flatSearch p k
+  if i < 0 then return (m, False) else membersOwn m >>= \o -> membersRemove o k
 {-# INLINE membersRemove #-}
 
 -- | A strict left fold over the members and their values (copies), in
@@ -205,17 +246,20 @@ membersFold f z0 (Large t) = tableSlots step z0 t
       if isRecord r
         then f z <$> recordKeyBytes r <*> recordValueBytes r
         else (\(Big k v) -> f z (keyBytes k) v) <$> tableValue t i
+membersFold f z0 m@(InRecord {}) = membersOwn m >>= membersFold f z0
 
 -- | The members and their values (copies), in byte order of the
 -- members.
 membersAscList :: Members -> IO [(ByteString, ByteString)]
 membersAscList (Small p) = return (packedToAscList p)
+membersAscList m@(InRecord {}) = membersOwn m >>= membersAscList
 membersAscList m = sortOn fst <$> membersFold (\acc k v -> (k, v) : acc) [] m
 
 -- | The members as a packed map: the map itself while few, else a copy
 -- (a walk over the table), for picks by rank.
 membersPacked :: Members -> IO Packed
 membersPacked (Small p) = return p
+membersPacked m@(InRecord {}) = membersOwn m >>= membersPacked
 membersPacked m = packedFromAscList <$> membersAscList m
 
 -- | A member and its value (copies) picked at random, if there are any:
@@ -230,16 +274,26 @@ membersRandom m@(Large t) seed = do
   case picked of
     Nothing -> return Nothing
     Just k -> fmap ((,) k) <$> membersLookup m k
+membersRandom m@(InRecord {}) r = membersOwn m >>= (`membersRandom` r)
 
 -- | A few members as a flat copy for a record of their key (Note [Small
 -- values in records] in "Kv.Store", Note [Packed maps flat] in
 -- "Kv.Packed"): its length and its writer, for a packed map of at most
--- 'recordedItems' members in one leaf; else 'Nothing'.
+-- 'recordedItems' members in one leaf, or the copy in a record itself
+-- (which a write over that record leaves as it is); else 'Nothing'.
 membersFlat :: Members -> Maybe (Int, Ptr Word8 -> IO ())
 membersFlat (Small p)
   | packedSize p <= recordedItems, Just n <- packedFlatSize p = Just (n, packedWriteFlat p)
+membersFlat (InRecord p n) = Just (n, \d -> when (d /= p) (moveBytes d p n))
 membersFlat _ = Nothing
 
--- | The members whose flat copy of the given length is at the address.
-membersReadFlat :: Ptr Word8 -> Int -> IO Members
-membersReadFlat p n = Small <$> packedReadFlat p n
+-- | The members whose flat copy of the given length is at the address,
+-- in a record, seen there (Note [Members read in their record]).
+membersInRecord :: Ptr Word8 -> Int -> Members
+membersInRecord = InRecord
+
+-- | Members of their own: a copy in a record built into a map, others
+-- as they are.
+membersOwn :: Members -> IO Members
+membersOwn (InRecord p n) = Small <$> packedReadFlat p n
+membersOwn m = return m

@@ -20,6 +20,7 @@ module Kv.Record
   , recordedItems
   , recordKeyIs
   , recordKeyCompare
+  , compareWithBytes
   , recordKeyWith
   , recordKeyBytes
   , recordValue
@@ -169,11 +170,15 @@ recordKeyIs (Record p) (BI.PS fp off len) = do
 -- | The string against the record's key, in byte order (shorter first
 -- where one is the other's start), as 'compare' orders strings.
 recordKeyCompare :: ByteString -> Record -> IO Ordering
-recordKeyCompare (BI.PS fp off len) (Record p) = do
-  klen <- keyLength p
-  c <- unsafeWithForeignPtr fp $ \k ->
-    c_memcmp (k `plusPtr` off) (p `plusPtr` headerBytes) (fromIntegral (min len klen))
-  return $! if c /= 0 then compare c 0 else compare len klen
+recordKeyCompare s (Record p) = keyLength p >>= compareWithBytes s (p `plusPtr` headerBytes)
+{-# INLINE recordKeyCompare #-}
+
+-- | The string against the n bytes at an address, in byte order, as
+-- 'compare' orders strings.
+compareWithBytes :: ByteString -> Ptr Word8 -> Int -> IO Ordering
+compareWithBytes (BI.PS fp off len) p n = do
+  c <- unsafeWithForeignPtr fp $ \k -> c_memcmp (k `plusPtr` off) p (fromIntegral (min len n))
+  return $! if c /= 0 then compare c 0 else compare len n
 
 foreign import ccall unsafe "string.h memcmp"
   c_memcmp :: Ptr Word8 -> Ptr Word8 -> CSize -> IO CInt

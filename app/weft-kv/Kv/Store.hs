@@ -52,7 +52,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout)
 import Kv.Clock
 import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
 import Kv.Key (Key, keyHash, storedKey)
-import Kv.Members (Members, membersFlat, membersReadFlat)
+import Kv.Members (Members, membersFlat, membersInRecord, membersOwn)
 import Kv.SortedSet (SortedSet, sortedFlat, sortedReadFlat)
 import Kv.Table
 import Kv.Resp (Reply (..))
@@ -383,10 +383,22 @@ putEntry :: Table Entry -> Int -> Int -> Record -> Key -> ByteString -> Value ->
 putEntry t h i r k key v e = case e of
   Persistent | Just rv <- recorded key v ->
     if i < 0 then newRecord key rv >>= tableInsertRecord t h else putRecord t i r key rv
-  _ | i < 0 -> storedKey key >>= \k' -> tableInsert t h (entry k' v e)
-    | otherwise -> do
-        k' <- if isRecord r then storedKey key else return k
-        tableSet t i (entry k' v e)
+  _ -> do
+    -- Out of its record, which this may free (Note [Members read in
+    -- their record] in "Kv.Members").
+    v' <- valueOwn v
+    if i < 0 then storedKey key >>= \k' -> tableInsert t h (entry k' v' e) else do
+      k' <- if isRecord r then storedKey key else return k
+      tableSet t i (entry k' v' e)
+
+-- | A value of its own: a hash's or set's members seen in a record
+-- built into a map.
+valueOwn :: Value -> IO Value
+valueOwn v = case v of
+  VSet m -> VSet <$> membersOwn m
+  VHash m -> VHash <$> membersOwn m
+  _ -> return v
+{-# INLINE valueOwn #-}
 
 -- | Store a small value ('recorded') in the key's slot, whose record is
 -- given ('noRecord' if its value is an entry): over the record's value
@@ -447,7 +459,7 @@ recordLive r = do
   if kind == 0 then VString <$> recordValue r
   else if kind == kindList then VList . dequeFromBytes <$> recordValueBytes r
   else if kind == kindZSet then recordReadWith r (\p n -> VZSet <$> sortedReadFlat p n)
-  else recordReadWith r $ \p n -> (if kind == kindSet then VSet else VHash) <$> membersReadFlat p n
+  else recordReadWith r $ \p n -> return $! (if kind == kindSet then VSet else VHash) (membersInRecord p n)
 
 -- | The stored key of a key that has no slot yet: never read.
 noKey :: Key
