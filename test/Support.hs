@@ -13,6 +13,7 @@ module Support
   , settledRecords
   , recordsFreedOnDrop
   , modelRun
+  , modelRunInRecord
   , openFdCount
   , startManagers
   , raiseFdLimit
@@ -25,6 +26,7 @@ module Support
 import Control.Concurrent
 import Control.Exception
 import Control.Monad
+import qualified Data.ByteString.Char8
 import Data.Word (Word8)
 import Foreign.C.Error (eBADF, Errno (..))
 import Foreign.C.Types (CInt (..), CSize (..))
@@ -43,7 +45,7 @@ import System.Posix.Types (CSsize (..), Fd (..))
 import Test.Hspec
 import Test.QuickCheck (Property, conjoin, (.&&.))
 
-import Kv.Record (recordsLive)
+import Kv.Record (Record, recordFits, recordFree, recordNewWith, recordOverwriteWith, recordReadWith, recordable, recordsLive)
 
 import qualified Weft.Event as E
 
@@ -217,3 +219,39 @@ modelRun step agrees = go []
       (s', m', p) <- step s m op
       a <- agrees s' m'
       go ((p .&&. a) : acc) s' m' ops
+
+-- | 'modelRun' over a small value as weft-kv's store keeps one (Note
+-- [Small values in records] in "Kv.Store"): after each operation, what
+-- it left is written to a record while it has a flat copy (@flat@) that
+-- fits one (over the record if of its length, else into a new one, as
+-- the store writes), and the next operation sees it there (@inRecord@);
+-- else it is made its own (@own@). The last record is freed.
+modelRunInRecord :: (s -> Maybe (Int, Ptr Word8 -> IO ())) -> (Ptr Word8 -> Int -> s) -> (s -> IO s)
+                 -> (s -> m -> op -> IO (s, m, Property)) -> (s -> m -> IO Property) -> s -> m -> [op] -> IO Property
+modelRunInRecord flat inRecord own step agrees s0 m0 ops = do
+  (p, HeldIn r _) <- modelRun held (\(HeldIn _ s) -> agrees s) (HeldIn Nothing s0) m0 ops
+  mapM_ recordFree r
+  return p
+  where
+    held (HeldIn r s) m op = do
+      (s', m', p) <- step s m op
+      h <- case flat s' of
+        Just (n, write) | recordable key n -> do
+          fits <- maybe (return False) (\old -> recordFits old kind n) r
+          r' <- case r of
+            Just old | fits -> old <$ recordOverwriteWith old write
+            _ -> do
+              new <- recordNewWith key kind n write
+              mapM_ recordFree r
+              return new
+          HeldIn (Just r') <$> recordReadWith r' (\at len -> return (inRecord at len))
+        _ -> do
+          o <- own s'
+          mapM_ recordFree r
+          return (HeldIn Nothing o)
+      return (h, m', p)
+    key = Data.ByteString.Char8.pack "k"
+    kind = 3
+
+-- | A value under test and the record it is in, if any.
+data HeldIn s = HeldIn (Maybe Record) s

@@ -18,10 +18,9 @@ import Test.Hspec.QuickCheck (modifyMaxSuccess, prop)
 import Test.QuickCheck
 
 import Kv.Members
-import Kv.Record (Record, recordFits, recordFree, recordNewWith, recordOverwriteWith, recordReadWith, recordable)
 import Kv.Str (sharedBulkBytes)
 
-import Support (modelRun, recordsFreedOnDrop)
+import Support (modelRun, modelRunInRecord, recordsFreedOnDrop)
 
 data MembersOp
   = MPut ByteString ByteString
@@ -70,35 +69,6 @@ step t m op = case op of
     t' <- foldM (\acc k -> fst <$> membersRemove acc k) t gone
     return (t', foldr Map.delete m gone, property True)
 
--- | Members as the store keeps a small hash's or set's (Note [Small
--- values in records] in "Kv.Store"): in a record while they fit one,
--- seen there by the next operation ('membersInRecord'), and written back
--- after each as the store writes a value: over the record if of its
--- length, else into a new one; once too many, their own.
-data Held = Held (Maybe Record) Members
-
-inRecordStep :: Held -> Map.Map ByteString ByteString -> MembersOp -> IO (Held, Map.Map ByteString ByteString, Property)
-inRecordStep (Held r t) m op = do
-  (t', m', p) <- step t m op
-  held <- case membersFlat t' of
-    Just (n, write) | recordable key n -> do
-      fits <- maybe (return False) (\old -> recordFits old kind n) r
-      r' <- case r of
-        Just old | fits -> old <$ recordOverwriteWith old write
-        _ -> do
-          new <- recordNewWith key kind n write
-          mapM_ recordFree r
-          return new
-      Held (Just r') <$> recordReadWith r' (\at len -> return (membersInRecord at len))
-    _ -> do
-      own <- membersOwn t'
-      mapM_ recordFree r
-      return (Held Nothing own)
-  return (held, m', p)
-  where
-    key = "k"
-    kind = 3
-
 -- | Every read of the table against the model.
 agrees :: Members -> Map.Map ByteString ByteString -> IO Property
 agrees t m = do
@@ -121,10 +91,8 @@ spec = describe "hash and set contents (Kv.Members)" $ do
   modifyMaxSuccess (const 150) $ prop "agree with Data.Map after any writes" $ \(ops :: [MembersOp]) -> ioProperty $
     fst <$> modelRun step agrees emptyMembers Map.empty ops
 
-  modifyMaxSuccess (const 150) $ prop "agree with Data.Map after any writes, seen in a record while small" $ \(ops :: [MembersOp]) -> ioProperty $ do
-    (p, Held r _) <- modelRun inRecordStep (\(Held _ t) -> agrees t) (Held Nothing emptyMembers) Map.empty ops
-    mapM_ recordFree r
-    return p
+  modifyMaxSuccess (const 150) $ prop "agree with Data.Map after any writes, seen in a record while small" $ \(ops :: [MembersOp]) -> ioProperty $
+    modelRunInRecord membersFlat membersInRecord membersOwn step agrees emptyMembers Map.empty ops
 
   it "built from a list holds the last value of each member" $ do
     t <- membersFromList [("a", "1"), ("b", "2"), ("a", "3")]

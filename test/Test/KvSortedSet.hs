@@ -21,7 +21,7 @@ import Test.QuickCheck
 import Kv.SortedSet
 import Kv.ZOrder (leafEntries)
 
-import Support (modelRun, recordsFreedOnDrop)
+import Support (modelRun, modelRunInRecord, recordsFreedOnDrop)
 
 data ZOp
   = ZPut ByteString Double
@@ -132,6 +132,9 @@ spec :: Spec
 spec = describe "sorted-set contents (Kv.SortedSet, Kv.ZOrder)" $ do
   modifyMaxSuccess (const 100) $ prop "agree with Data.Set after any writes" $ \(ops :: [ZOp]) -> ioProperty $
     fst <$> modelRun step agrees emptySorted Map.empty ops
+
+  modifyMaxSuccess (const 100) $ prop "agree with Data.Set after any writes, seen in a record while small" $ \(ops :: [ZOp]) -> ioProperty $
+    modelRunInRecord sortedFlat sortedInRecord sortedOwn step agrees emptySorted Map.empty ops
 
   it "built from an ascending list, large or small, holds it" $ do
     let items n = [ (fromIntegral (j `mod` 3), C.pack ("k" ++ show j)) | j <- [1 .. n :: Int] ]

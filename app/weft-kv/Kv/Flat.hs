@@ -3,11 +3,13 @@
 -- read and changed where it lies, in a record, without building the map
 -- from it: the commands on a small hash or set that find what they need
 -- there, or change a value to one of the same length, copy nothing
--- (Note [Members read in their record] in "Kv.Members").
+-- (Note [Members read in their record] in "Kv.Members"), and a small
+-- sorted set's scores are read likewise.
 module Kv.Flat
   ( flatItems
   , flatSearch
   , flatValue
+  , flatValueAt
   , flatOverwrite
   ) where
 
@@ -68,6 +70,15 @@ flatValue p i = do
   s <- endAt p (2 * i + 1)
   e <- endAt p (2 * i + 2)
   if e == s then return B.empty else BI.create (e - s) (\d -> copyBytes d (bytesFrom p c `plusPtr` s) (e - s))
+
+-- | Where member i's value lies, and its length: for a reader that
+-- keeps nothing of it.
+flatValueAt :: Ptr Word8 -> Int -> IO (Ptr Word8, Int)
+flatValueAt p i = do
+  c <- endCount p
+  s <- endAt p (2 * i + 1)
+  e <- endAt p (2 * i + 2)
+  return (bytesFrom p c `plusPtr` s, e - s)
 
 -- | Write a value over member i's if it has the same length: whether it
 -- had.

@@ -22,6 +22,7 @@ module Kv.Sorted
   , orderedItem
   , scoreWord
   , wordScore
+  , addrScore
   , zsetFlat
   , zsetReadFlat
   ) where
@@ -91,6 +92,14 @@ bytesScore b = byteScore (BU.unsafeIndex b)
 -- | The score of 8 bytes of 'scoreBytes' in a leaf.
 sliceScore :: Slice -> Double
 sliceScore (Slice a s _) = byteScore (\i -> indexByteArray a (s + i))
+
+-- | The score of 8 bytes of 'scoreBytes' at an address.
+addrScore :: Ptr Word8 -> IO Double
+addrScore p = wordScore <$> go 0 0
+  where
+    go :: Int -> Word64 -> IO Word64
+    go 8 !acc = return acc
+    go i !acc = peekByteOff p i >>= \b -> go (i + 1) ((acc `shiftL` 8) .|. fromIntegral (b :: Word8))
 
 -- | The score of 8 bytes of 'scoreBytes' the function reads, by index.
 byteScore :: (Int -> Word8) -> Double

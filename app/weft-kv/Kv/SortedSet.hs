@@ -19,15 +19,19 @@ module Kv.SortedSet
   , sortedPacked
   , sortedLeafCounts
   , sortedFlat
-  , sortedReadFlat
+  , sortedInRecord
+  , sortedOwn
   ) where
 
+import Control.Monad (when)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString.Unsafe as BU
 import Data.Word (Word64, Word8)
-import Foreign.Ptr (Ptr, castPtr, ptrToWordPtr, wordPtrToPtr)
+import Foreign.Marshal.Utils (moveBytes)
+import Foreign.Ptr (Ptr, castPtr, plusPtr, ptrToWordPtr, wordPtrToPtr)
 import Foreign.Storable (peek, poke)
 
+import Kv.Flat (flatItems, flatSearch, flatValueAt)
 import Kv.Key (Key, bytesHash)
 import Kv.Members (smallMembers)
 import Kv.Record (Record, addrRecord, recordAddr, recordedItems, recordKeyBytes, recordKeyCompare, recordKeyWith, recordNewWith,
@@ -65,7 +69,11 @@ import Kv.ZOrder
 --
 -- Up to 'smallMembers' members the set stays packed (Note [Sorted sets
 -- packed] in "Kv.Sorted"); the write that takes it past moves it into a
--- table, and it stays one however few members it keeps.
+-- table, and it stays one however few members it keeps. A few members
+-- in a record are seen there, as a small hash's are (Note [Members read
+-- in their record] in "Kv.Members"): a member's score is read in place,
+-- so a ZADD that changes no score builds nothing; any other operation
+-- builds the packed set from the record first ('sortedOwn').
 
 -- | Never made: a large sorted set's table holds records only.
 newtype RecordsOnly = RecordsOnly Key
@@ -77,6 +85,9 @@ instance Keyed RecordsOnly where
 data SortedSet
   = SmallZ !ZSet
   | LargeZ !(Table RecordsOnly) !ZOrder
+  | ZInRecord !(Ptr Word8) !Int
+    -- ^ A flat copy ('zsetFlat'), of this length, in the key's record,
+    -- valid while the operation given it runs.
 
 emptySorted :: SortedSet
 emptySorted = SmallZ emptyZSet
@@ -101,6 +112,12 @@ newOrdered = do
 sortedSize :: SortedSet -> IO Int
 sortedSize (SmallZ z) = return (zsetSize z)
 sortedSize (LargeZ _ o) = orderSize o
+sortedSize (ZInRecord p _) = flatItems (scoresIn p)
+
+-- | Where the scores' map of a flat copy starts ('zsetFlat'): after the
+-- word that gives its length.
+scoresIn :: Ptr Word8 -> Ptr Word8
+scoresIn p = p `plusPtr` 8
 
 -- | The probe for the entry of a score's word and a member.
 probeFor :: Word64 -> ByteString -> Probe
@@ -125,6 +142,9 @@ memberRecord t m = do
 sortedScore :: SortedSet -> ByteString -> IO (Maybe Double)
 sortedScore (SmallZ z) m = return (zsetScore m z)
 sortedScore (LargeZ t _) m = memberRecord t m >>= traverse (fmap wordScore . recordScore)
+sortedScore (ZInRecord p _) m = do
+  i <- flatSearch (scoresIn p) m
+  if i < 0 then return Nothing else Just <$> (flatValueAt (scoresIn p) i >>= addrScore . fst)
 
 -- | Give a member a score, given its old one ('Nothing': it is not a
 -- member): what the key holds then. A -0 score is kept as 0. The
@@ -138,6 +158,7 @@ sortedMove (SmallZ z) m s0 old
   | otherwise = return (SmallZ z')
   where !z' = zsetMove m s0 old z
 sortedMove z@(LargeZ t o) m s0 old = z <$ moveLarge t o m (if s0 == 0 then 0 else s0) old
+sortedMove z m s0 old = sortedOwn z >>= \o -> sortedMove o m s0 old
 
 moveLarge :: Table RecordsOnly -> ZOrder -> ByteString -> Double -> Maybe Double -> IO ()
 moveLarge t o m s old = do
@@ -165,6 +186,9 @@ sortedRemove z@(LargeZ t o) m = do
     _ <- orderDelete o (probeFor w m)
     tableDelete t i
     return (z, True)
+sortedRemove z m = sortedScore z m >>= \had -> case had of
+  Nothing -> return (z, False)
+  Just _ -> sortedOwn z >>= \o -> sortedRemove o m
 
 -- | A member's rank, lowest score first.
 sortedRank :: SortedSet -> ByteString -> IO (Maybe Int)
@@ -172,6 +196,7 @@ sortedRank (SmallZ z) m = return (zsetRank m z)
 sortedRank (LargeZ t o) m = memberRecord t m >>= \found -> case found of
   Nothing -> return Nothing
   Just r -> recordScore r >>= \w -> orderRank o (probeFor w m)
+sortedRank z m = sortedOwn z >>= \o -> sortedRank o m
 
 -- | The score and member (a copy) of an entry.
 entryItem :: Word64 -> Word64 -> IO (Double, ByteString)
@@ -190,6 +215,7 @@ sortedAt (SmallZ z) back i = return (zsetAt (if back then zsetSize z - 1 - i els
 sortedAt (LargeZ _ o) back i = do
   n <- orderSize o
   orderAt o (if back then n - 1 - i else i) >>= uncurry entryItem
+sortedAt z back i = sortedOwn z >>= \o -> sortedAt o back i
 
 -- | Scores and members (copies) from a rank on (counted from the highest,
 -- highest first, if @back@), while they satisfy @keep@, at most @limit@
@@ -200,6 +226,7 @@ sortedWalk (SmallZ z) back start limit keep
   | otherwise = return (limited (takeWhile keep ((if back then zsetDescFrom else zsetAscFrom) start z)))
   where limited = if limit < 0 then id else take limit
 sortedWalk (LargeZ _ o) back start limit keep = orderWalk o back start limit entryItem keep
+sortedWalk z back start limit keep = sortedOwn z >>= \o -> sortedWalk o back start limit keep
 
 -- | How many of the first members (the highest if @back@) satisfy
 -- @keep@. On a large set @keep@ must hold of a first run of the
@@ -213,6 +240,7 @@ sortedCountWhile (LargeZ _ o) back keep
       n <- orderSize o
       (n -) <$> orderCountWhile o (\w a -> not . keep <$> entryView w a)
   | otherwise = orderCountWhile o (\w a -> keep <$> entryView w a)
+sortedCountWhile z back keep = sortedOwn z >>= \o -> sortedCountWhile o back keep
 
 -- | Scores and members (copies) past the first members (the highest if
 -- @back@) that satisfy @skipping@ and @offset@ more, while they satisfy
@@ -227,6 +255,7 @@ sortedWalkPast (SmallZ z) back skipping offset limit keep =
   where limited = if limit < 0 then id else take limit
 sortedWalkPast (LargeZ _ o) back skipping offset limit keep =
   orderWalkPast o back (\w a -> skipping <$> entryView w a) offset limit entryItem keep
+sortedWalkPast z back skipping offset limit keep = sortedOwn z >>= \o -> sortedWalkPast o back skipping offset limit keep
 
 -- | Scores and members (copies), lowest first.
 sortedAsc :: SortedSet -> IO [(Double, ByteString)]
@@ -236,22 +265,32 @@ sortedAsc z = sortedWalk z False 0 (-1) (const True)
 -- copy), for picks by rank.
 sortedPacked :: SortedSet -> IO ZSet
 sortedPacked (SmallZ z) = return z
-sortedPacked z = zsetFromAscList <$> sortedAsc z
+sortedPacked z@(LargeZ {}) = zsetFromAscList <$> sortedAsc z
+sortedPacked z = sortedOwn z >>= sortedPacked
 
 -- | The entries of each leaf of a large set's order, none for a small
 -- set (for the tests).
 sortedLeafCounts :: SortedSet -> IO [Int]
-sortedLeafCounts (SmallZ _) = return []
 sortedLeafCounts (LargeZ _ o) = orderLeafCounts o
+sortedLeafCounts _ = return []
 
 -- | A few members as a flat copy for a record of their key (Note [Small
 -- values in records] in "Kv.Store"): its length and its writer, for a
 -- packed set of at most 'recordedItems' members whose maps are one leaf
--- each; else 'Nothing'.
+-- each, or the copy in a record itself (which a write over that record
+-- leaves as it is); else 'Nothing'.
 sortedFlat :: SortedSet -> Maybe (Int, Ptr Word8 -> IO ())
 sortedFlat (SmallZ z) | zsetSize z <= recordedItems = zsetFlat z
+sortedFlat (ZInRecord p n) = Just (n, \d -> when (d /= p) (moveBytes d p n))
 sortedFlat _ = Nothing
 
--- | The sorted set whose flat copy of the given length is at the address.
-sortedReadFlat :: Ptr Word8 -> Int -> IO SortedSet
-sortedReadFlat p n = SmallZ <$> zsetReadFlat p n
+-- | The sorted set whose flat copy of the given length is at the
+-- address, in a record, seen there (Note [Sorted sets in tables]).
+sortedInRecord :: Ptr Word8 -> Int -> SortedSet
+sortedInRecord = ZInRecord
+
+-- | A sorted set of its own: a copy in a record built into the packed
+-- set, others as they are.
+sortedOwn :: SortedSet -> IO SortedSet
+sortedOwn (ZInRecord p n) = SmallZ <$> zsetReadFlat p n
+sortedOwn z = return z

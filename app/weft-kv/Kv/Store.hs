@@ -53,7 +53,7 @@ import Kv.Clock
 import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
 import Kv.Key (Key, keyHash, storedKey)
 import Kv.Members (Members, membersFlat, membersInRecord, membersOwn)
-import Kv.SortedSet (SortedSet, sortedFlat, sortedReadFlat)
+import Kv.SortedSet (SortedSet, sortedFlat, sortedInRecord, sortedOwn)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwriteWith, recordReadWith,
@@ -391,12 +391,13 @@ putEntry t h i r k key v e = case e of
       k' <- if isRecord r then storedKey key else return k
       tableSet t i (entry k' v' e)
 
--- | A value of its own: a hash's or set's members seen in a record
--- built into a map.
+-- | A value of its own: a hash's, set's or sorted set's members seen in
+-- a record built into a map.
 valueOwn :: Value -> IO Value
 valueOwn v = case v of
   VSet m -> VSet <$> membersOwn m
   VHash m -> VHash <$> membersOwn m
+  VZSet z -> VZSet <$> sortedOwn z
   _ -> return v
 {-# INLINE valueOwn #-}
 
@@ -419,10 +420,12 @@ putRecord t i r key rv@(Recorded kind n write) = do
 -- elements' bytes ('joinStrings'), a hash, set or sorted set as its
 -- leaves (Note [Packed maps flat] in "Kv.Packed"), if these too are below
 -- 'sharedBulkBytes'. So a store of a million small lists, hashes, sets or
--- sorted sets holds none of them on the collected heap. An operation on such a key gets the value decoded
--- into a fresh one ('recordLive'), which it may keep or change as it
--- likes, and the store encodes what it leaves ('recorded'): over the
--- record's bytes if of the same kind and length, else in a new record.
+-- sorted sets holds none of them on the collected heap. An operation on
+-- such a key gets a string or list decoded into a fresh one
+-- ('recordLive'), and a hash, set or sorted set seen where it lies in
+-- the record (Note [Members read in their record] in "Kv.Members"), and
+-- the store encodes what it leaves ('recorded'): over the record's bytes
+-- if of the same kind and length, else in a new record.
 -- A value that grows past the limits, or a key given an expiry, moves to
 -- an entry on the heap.
 
@@ -458,7 +461,7 @@ recordLive r = do
   kind <- recordKind r
   if kind == 0 then VString <$> recordValue r
   else if kind == kindList then VList . dequeFromBytes <$> recordValueBytes r
-  else if kind == kindZSet then recordReadWith r (\p n -> VZSet <$> sortedReadFlat p n)
+  else if kind == kindZSet then recordReadWith r (\p n -> return $! VZSet (sortedInRecord p n))
   else recordReadWith r $ \p n -> return $! (if kind == kindSet then VSet else VHash) (membersInRecord p n)
 
 -- | The stored key of a key that has no slot yet: never read.
