@@ -36,9 +36,9 @@ endAt p j = peekElemOff (castPtr p) (1 + j)
 {-# INLINE endAt #-}
 
 -- | Where the members' and values' bytes start, after c ends.
-bytesFrom :: Ptr Word8 -> Int -> Ptr Word8
-bytesFrom p c = p `plusPtr` (8 + 8 * c)
-{-# INLINE bytesFrom #-}
+bytesAfterEnds :: Ptr Word8 -> Int -> Ptr Word8
+bytesAfterEnds p c = p `plusPtr` (8 + 8 * c)
+{-# INLINE bytesAfterEnds #-}
 
 -- | How many members the copy at the address holds.
 flatItems :: Ptr Word8 -> IO Int
@@ -49,7 +49,7 @@ flatItems p = (\c -> if c <= 1 then 0 else (c - 1) `quot` 2) <$> endCount p
 flatSearch :: Ptr Word8 -> ByteString -> IO Int
 flatSearch p k = do
   c <- endCount p
-  let bytes = bytesFrom p c
+  let bytes = bytesAfterEnds p c
       go !lo !hi
         | lo >= hi = return (-1 - lo)
         | otherwise = do
@@ -69,7 +69,7 @@ flatValue p i = do
   c <- endCount p
   s <- endAt p (2 * i + 1)
   e <- endAt p (2 * i + 2)
-  if e == s then return B.empty else BI.create (e - s) (\d -> copyBytes d (bytesFrom p c `plusPtr` s) (e - s))
+  if e == s then return B.empty else BI.create (e - s) (\d -> copyBytes d (bytesAfterEnds p c `plusPtr` s) (e - s))
 
 -- | Where member i's value lies, and its length: for a reader that
 -- keeps nothing of it.
@@ -78,7 +78,7 @@ flatValueAt p i = do
   c <- endCount p
   s <- endAt p (2 * i + 1)
   e <- endAt p (2 * i + 2)
-  return (bytesFrom p c `plusPtr` s, e - s)
+  return (bytesAfterEnds p c `plusPtr` s, e - s)
 
 -- | Write a value over member i's if it has the same length: whether it
 -- had.
@@ -88,5 +88,5 @@ flatOverwrite p i (BI.PS fp off n) = do
   s <- endAt p (2 * i + 1)
   e <- endAt p (2 * i + 2)
   if e - s /= n then return False else do
-    unsafeWithForeignPtr fp $ \v -> copyBytes (bytesFrom p c `plusPtr` s) (v `plusPtr` off) n
+    unsafeWithForeignPtr fp $ \v -> copyBytes (bytesAfterEnds p c `plusPtr` s) (v `plusPtr` off) n
     return True
