@@ -66,10 +66,8 @@ flatSearch p k = do
 -- | Member i's value, a copy.
 flatValue :: Ptr Word8 -> Int -> IO ByteString
 flatValue p i = do
-  c <- endCount p
-  s <- endAt p (2 * i + 1)
-  e <- endAt p (2 * i + 2)
-  if e == s then return B.empty else BI.create (e - s) (\d -> copyBytes d (bytesAfterEnds p c `plusPtr` s) (e - s))
+  (at, n) <- flatValueAt p i
+  if n == 0 then return B.empty else BI.create n (\d -> copyBytes d at n)
 
 -- | Where member i's value lies, and its length: for a reader that
 -- keeps nothing of it.
@@ -84,9 +82,7 @@ flatValueAt p i = do
 -- had.
 flatOverwrite :: Ptr Word8 -> Int -> ByteString -> IO Bool
 flatOverwrite p i (BI.PS fp off n) = do
-  c <- endCount p
-  s <- endAt p (2 * i + 1)
-  e <- endAt p (2 * i + 2)
-  if e - s /= n then return False else do
-    unsafeWithForeignPtr fp $ \v -> copyBytes (bytesAfterEnds p c `plusPtr` s) (v `plusPtr` off) n
+  (at, len) <- flatValueAt p i
+  if len /= n then return False else do
+    unsafeWithForeignPtr fp $ \v -> copyBytes at (v `plusPtr` off) n
     return True
