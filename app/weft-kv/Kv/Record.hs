@@ -177,11 +177,11 @@ recordKeyCompare s (Record p) = keyLength p >>= compareWithBytes s (p `plusPtr` 
 -- 'compare' orders strings.
 compareWithBytes :: ByteString -> Ptr Word8 -> Int -> IO Ordering
 compareWithBytes (BI.PS fp off len) p n = do
-  c <- unsafeWithForeignPtr fp $ \k -> c_memcmp (k `plusPtr` off) p (fromIntegral (min len n))
+  c <- unsafeWithForeignPtr fp $ \k -> c_memcmpPtrs (k `plusPtr` off) p (fromIntegral (min len n))
   return $! if c /= 0 then compare c 0 else compare len n
 
 foreign import ccall unsafe "string.h memcmp"
-  c_memcmp :: Ptr Word8 -> Ptr Word8 -> CSize -> IO CInt
+  c_memcmpPtrs :: Ptr Word8 -> Ptr Word8 -> CSize -> IO CInt
 
 -- | Are the n bytes at the two addresses the same? Word by word, the
 -- last word overlapping the one before it: most keys are a few words,
