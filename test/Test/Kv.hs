@@ -28,6 +28,7 @@ import Control.Concurrent
 import Control.Concurrent.Async (async, forConcurrently_, wait)
 import Control.Exception
 import Control.Monad
+import qualified Data.Bits as Bits
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Char8 as C
@@ -232,6 +233,13 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
           colorOf k = keyHash k `mod` 65536
       in colorOf (key pre) === colorOf tag .&&. colorOf (key pre2) === colorOf tag
          .&&. (key pre /= key pre2 ==> keyHash (key pre) /= keyHash (key pre2))
+  prop "hashes a key without a '{' as its bytes, and one with as its tag's color and its bytes" $
+    \(Bytes pre) (Bytes tag0) (Bytes suf) -> not (B.null tag0) ==>
+      let plain = B.filter (/= 123) (pre <> tag0 <> suf)
+          tag = B.map (\c -> if c == 125 then 126 else c) tag0
+          tagged = B.filter (/= 123) pre <> "{" <> tag <> "}" <> suf
+      in keyHash plain === bytesHash plain
+         .&&. keyHash tagged === ((bytesHash tagged Bits..&. Bits.complement 0xffff) Bits..|. (bytesHash tag Bits..&. 0xffff))
   it "takes the color from the whole key when it has no hash tag" $ do
     let colorOf k = keyHash k `mod` 65536
     map colorOf ["a{t}", "b{t}", "{t}x", "{t}}"] `shouldBe` replicate 4 (colorOf "t")

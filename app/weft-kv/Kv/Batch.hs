@@ -96,8 +96,8 @@ data Work
   = Work !Int !Int !ByteString KeyOp
     -- ^ a single-key command: its number, its key's hash ('keyHash'), its
     -- key and operation
-  | WorkParts !Int [(Int, ByteString, KeyOp)]
-  | WorkAll !Int [(ByteString, KeyOp)] ([Reply] -> Plan)
+  | WorkParts !Int [KeyPart]
+  | WorkAll !Int [KeyPart] ([Reply] -> Plan)
     -- ^ A multi-key command whose keys all have this color: its parts
     -- and their join, done in one go (Note [Multi-key commands]).
   | WorkFlush !Int !(IORef Int)
@@ -113,6 +113,23 @@ data Work
   | WorkUnblock !Int Conn !Bool
     -- ^ CLIENT UNBLOCK of a connection of this color, with an error or
     -- not ('ClientUnblock').
+
+-- | A multi-key command's operation on one of its keys: the key's
+-- position among the command's keys, its hash ('keyHash', taken once
+-- for its color and its table), the key and the operation.
+data KeyPart = KeyPart {-# UNPACK #-} !Int {-# UNPACK #-} !Int !ByteString KeyOp
+
+-- | A command's keys and operations, numbered and hashed.
+keyParts :: [(ByteString, KeyOp)] -> [KeyPart]
+keyParts = zipWith (\i (key, op) -> KeyPart i (keyHash key) key op) [0 ..]
+
+-- | The color all the parts' keys share, if they share one.
+sharedColor :: Store -> [KeyPart] -> Maybe Int
+sharedColor store parts = case parts of
+  KeyPart _ h0 _ _ : more
+    | all (\(KeyPart _ h _ _) -> hashColor store h == color) more -> Just color
+    where color = hashColor store h0
+  _ -> Nothing
 
 -- | Give each command a sequence number and start it, one event per key
 -- color for the whole batch (Note [Batches per color]). Returns whether a
@@ -320,14 +337,14 @@ keyWork env c s p groups = case p of
     return $! add (hashColor (envStore env) h) (Work s h key op) groups
   OnKeys parts joinParts -> keyWork env c s (Steps parts (Answer . joinParts)) groups
   Steps [] joinParts -> keyWork env c s (joinParts []) groups
-  Steps parts@((key0, _) : more) joinParts
-    | all ((== colorOf key0) . colorOf . fst) more -> return (add (colorOf key0) (WorkAll s parts joinParts) groups)
-    | otherwise -> do
+  Steps parts joinParts -> case sharedColor store hashed of
+    Just color -> return (add color (WorkAll s hashed joinParts) groups)
+    Nothing -> do
         modifyIORef' (connEarly c) (IntMap.insert s (Joining (length parts) IntMap.empty joinParts))
         -- The command's parts by color, in argument order within each.
-        let byColor = IntMap.fromListWith (++)
-              [ (colorOf key, [(i, key, op)]) | (i, (key, op)) <- zip [0 ..] parts ]
+        let byColor = IntMap.fromListWith (++) [ (hashColor store h, [part]) | part@(KeyPart _ h _ _) <- hashed ]
         return (IntMap.foldrWithKey (\color ps g -> add color (WorkParts s (reverse ps)) g) groups byColor)
+    where hashed = keyParts parts
   -- A survey of every color that holds keys (Note [Store-wide commands]).
   Surveying op -> do
     colors <- occupiedColors (envStore env)
@@ -336,7 +353,7 @@ keyWork env c s p groups = case p of
       return (foldr (\color -> add color (WorkSurvey s op parts)) groups colors)
   -- No command's parts decide on a store-wide step.
   _ -> groups <$ place c s (RError "ERR internal error: a store-wide step after a key's")
-  where colorOf = keyColor (envStore env)
+  where store = envStore env
 
 -- | Post each color's share of the work, with the given handler.
 startGroups :: Env -> Conn -> Handler -> Groups -> IO ()
@@ -450,11 +467,12 @@ runWorks env c color works = do
           done <- whole s r
           return (done : acc)
         WorkParts s ps -> do
-          rs <- mapM (\(i, key, op) -> (,) i <$> runKeyAt env now key op) ps
+          rs <- mapM (\(KeyPart i h key op) -> (,) i <$> runOne h key op) ps
           return (Parts s rs : acc)
         WorkAll s ps joinParts -> do
           -- Its keys are all this color's.
-          r <- runHere env color now s (Steps ps joinParts)
+          rs <- mapM (\(KeyPart _ h key op) -> runOne h key op) ps
+          r <- runHere env color now s (joinParts rs)
           return (r : acc)
         WorkFlush s left -> do
           flushColor (envStore env) color
@@ -489,19 +507,16 @@ runHere :: Env -> Int -> Now -> Int -> Plan -> IO Result
 runHere env color now s = finish
   where
     store = envStore env
-    runKey = runKeyAt env now
-    here key = keyColor store key == color
+    runPart (KeyPart _ h key op) = runKeyOp store (armExpiry env) now h key op
+    here parts = sharedColor store parts == Just color
     finish next = case next of
       Answer r -> whole s r
       Live f -> f store >>= whole s
-      OnKey key op | here key -> runKey key op >>= finish . Answer
-      OnKeys ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish . Answer . joinParts
-      Steps ps joinParts | all (here . fst) ps -> mapM (uncurry runKey) ps >>= finish . joinParts
+      OnKey key op | [part] <- keyParts [(key, op)], here [part] -> runPart part >>= finish . Answer
+      OnKeys ps joinParts | parts <- keyParts ps, here parts -> mapM runPart parts >>= finish . Answer . joinParts
+      Steps ps joinParts | parts <- keyParts ps, here parts -> mapM runPart parts >>= finish . joinParts
       _ -> return (Then s next)
 
--- | Run an operation on a key, on the key's color.
-runKeyAt :: Env -> Now -> ByteString -> KeyOp -> IO Reply
-runKeyAt env now key = runKeyOp (envStore env) (armExpiry env) now (keyHash key) key
 
 ------------------------------------------------------------------------------
 -- Expiry

@@ -91,10 +91,11 @@ sameBytes :: ByteArray -> ByteString -> Bool
 sameBytes k@(ByteArray k#) (BI.PS fp off len) =
   sizeofByteArray k == len
     && (len == 0 || BI.accursedUnutterablePerformIO (unsafeWithForeignPtr fp $ \p ->
-          (== 0) <$> c_memcmp k# (p `plusPtr` off) (fromIntegral len)))
+          (== 0) <$> c_memcmpArray k# (p `plusPtr` off) (fromIntegral len)))
 
+-- memcmp of an unpinned array (unsafe calls may pass one) and an address.
 foreign import ccall unsafe "string.h memcmp"
-  c_memcmp :: ByteArray# -> Ptr Word8 -> CSize -> IO CInt
+  c_memcmpArray :: ByteArray# -> Ptr Word8 -> CSize -> IO CInt
 
 ------------------------------------------------------------------------------
 -- Hashes
@@ -117,20 +118,40 @@ foreign import ccall unsafe "string.h memcmp"
 -- are still the whole key's, so that such keys do not collide in their
 -- color's table. Only a key with a @{@ is looked at for a tag.
 keyHash :: ByteString -> Int
-keyHash key = let !h = bytesHash key in if bracesIn key /= 0 then taggedHash key h else h
+keyHash key@(BI.PS fp off len) =
+  BI.accursedUnutterablePerformIO $ unsafeWithForeignPtr fp $ \base -> do
+    -- One pass: the bytes' hash ('bytesHash') and whether any is a @{@.
+    let p = base `plusPtr` off :: Ptr Word8
+        wordsEnd = len - len `rem` 8
+        goWords !i !h !braces
+          | i >= wordsEnd = goBytes i h braces
+          | otherwise = do
+              w <- peekByteOff p i :: IO Word64
+              goWords (i + 8) (mixWord h w) (braces .|. braceBits w)
+        goBytes !i !h !braces
+          | i >= len = return $! done h braces
+          | otherwise = do
+              b <- peekByteOff p i :: IO Word8
+              goBytes (i + 1) (mixWord h (fromIntegral b)) (if b == 123 then 1 else braces)
+        done h braces = let !whole = fromIntegral (finalHash h)
+                        in if braces /= 0 then taggedHash key whole else whole
+    goWords 0 (hashSeed len) 0
 
--- | Non-zero if a byte of the string is a @{@: a word has one when the
--- word xor eight @{@s has a zero byte.
-bracesIn :: ByteString -> Int
-bracesIn = fromIntegral . foldBytes brace (\acc b -> if b == 123 then 1 else acc) 0
-  where
-    brace acc w = let x = w `xor` 0x7b7b7b7b7b7b7b7b
-                  in acc .|. ((x - 0x0101010101010101) .&. complement x .&. 0x8080808080808080)
+-- | Non-zero if a byte of the word is a @{@: the word xor eight @{@s
+-- then has a zero byte.
+braceBits :: Word64 -> Word64
+braceBits w = let x = w `xor` 0x7b7b7b7b7b7b7b7b
+              in (x - 0x0101010101010101) .&. complement x .&. 0x8080808080808080
+{-# INLINE braceBits #-}
 
 -- | The hash of a string's bytes (see 'keyHash').
 bytesHash :: ByteString -> Int
-bytesHash bs = fromIntegral (finalHash (foldBytes mixWord (\h b -> mixWord h (fromIntegral b)) seed bs))
-  where seed = 14695981039346656037 `xor` fromIntegral (B.length bs)
+bytesHash bs = fromIntegral (finalHash (foldBytes mixWord (\h b -> mixWord h (fromIntegral b)) (hashSeed (B.length bs)) bs))
+
+-- | Where the hash of a string of this length starts.
+hashSeed :: Int -> Word64
+hashSeed len = 14695981039346656037 `xor` fromIntegral len
+{-# INLINE hashSeed #-}
 
 -- | A strict left fold over a string's bytes, eight at a time (a word
 -- read as the machine reads it), then the last few one by one.
