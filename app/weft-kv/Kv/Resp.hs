@@ -1,4 +1,4 @@
-{-# LANGUAGE BangPatterns, MagicHash, OverloadedStrings #-}
+{-# LANGUAGE BangPatterns, MagicHash, OverloadedStrings, UnboxedTuples #-}
 -- | RESP2, the Redis wire protocol, as weft-kv writes it: replies and
 -- their encoding, requests as a client encodes them, and the integers
 -- both sides read. The request decoder is "Kv.Request".
@@ -30,7 +30,10 @@ import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
 import Weft.Net (byteAt)
+import Data.Bits (countLeadingZeros, unsafeShiftR, (.|.))
+import Data.Primitive.PrimArray (PrimArray, indexPrimArray, primArrayFromList)
 import Data.Word (Word8, Word64)
+import GHC.Exts (Word (..), timesWord2#)
 import GHC.ForeignPtr (unsafeWithForeignPtr)
 import Foreign.Marshal.Utils (copyBytes)
 import Foreign.Ptr (plusPtr)
@@ -183,15 +186,32 @@ plainSize r = case r of
 decimalLength :: Int -> Int
 decimalLength n = (if n < 0 then 1 else 0) + digitCount (magnitude n)
 
--- | How many decimal digits the number has: by comparison with powers of
--- ten, since a division per digit is what an integer reply used to cost
--- most.
+-- | How many decimal digits the number has: from its bit length, which
+-- gives the count or one less, and one comparison with a power of ten
+-- (a division per digit is what an integer reply used to cost most).
 digitCount :: Word64 -> Int
-digitCount m = go 1 10
-  where
-    go !k !p
-      | m < p || k == 20 = k
-      | otherwise = go (k + 1) (p * 10)
+digitCount m =
+  let bits = 64 - countLeadingZeros (m .|. 1)
+      -- 1233 / 4096 is just above log10 2.
+      t = (bits * 1233) `unsafeShiftR` 12
+  in max 1 (if m >= indexPrimArray powersOfTen t then t + 1 else t)
+
+-- | 10 ^ i, for i from 0 to 19.
+powersOfTen :: PrimArray Word64
+powersOfTen = primArrayFromList (take 20 (iterate (* 10) 1))
+{-# NOINLINE powersOfTen #-}
+
+-- | A number divided by 100 and the remainder, by a multiplication: the
+-- native code generator divides by a constant with a division
+-- instruction, tens of cycles. The quotient is the high word of
+-- (m / 4) * ceiling (2^66 / 100), shifted right by 2: exact for every
+-- 64-bit m.
+quotRem100 :: Word64 -> (Word64, Word64)
+quotRem100 m =
+  case fromIntegral (m `unsafeShiftR` 2) of
+    W# quarter -> case timesWord2# quarter 0x28F5C28F5C28F5C3## of
+      (# hi, _ #) -> let q = fromIntegral (W# hi) `unsafeShiftR` 2 in (q, m - q * 100)
+{-# INLINE quotRem100 #-}
 
 -- | The absolute value, which for 'minBound' (-2^63) only a 'Word64' holds.
 magnitude :: Int -> Word64
@@ -219,7 +239,7 @@ decimalWith put n = do
       -- Two digits per division, from the last one back.
       go !i m
         | m >= 100 = do
-            let (q, r) = m `quotRem` 100
+            let (q, r) = quotRem100 m
             pair (i - 1) r
             go (i - 2) q
         | m >= 10 = pair (i - 1) m
