@@ -16,8 +16,10 @@
 -- its own redis-benchmark invocation, so that the server CPU time read
 -- from @/proc/PID/stat@ (user plus system, 10 ms ticks) before and after
 -- belongs to that test; so does the collector's share of weft-kv's CPU,
--- from its INFO runtime section read before and after. Medians of the
--- repetitions are reported, with ratios weft-kv ÷ redis.
+-- from its INFO runtime section read before and after; and so does the
+-- client's CPU, as a share of its core over the run (near 100% the
+-- client sets the pace, and the servers' ops/s tie whatever their cost).
+-- Medians of the repetitions are reported, with ratios weft-kv ÷ redis.
 module Bench.Kv (kvMain) where
 
 import Control.Exception
@@ -25,6 +27,7 @@ import Control.Monad
 import Data.Char (toLower, toUpper)
 import Data.IORef
 import Data.List (isPrefixOf)
+import GHC.Clock (getMonotonicTimeNSec)
 import qualified Data.Map.Strict as Map
 import System.Directory (findExecutable)
 import System.Exit
@@ -33,7 +36,7 @@ import System.IO
 import System.Process
 import Text.Printf (printf)
 
-import Bench.Net (Server (..), binDir, cpuTicks, resultsDir, startServer, stopServer)
+import Bench.Net (Server (..), binDir, childrenTicks, cpuTicks, resultsDir, startServer, stopServer)
 import Bench.Headline (note)
 import Bench.Options
 import Bench.Report
@@ -72,7 +75,10 @@ parseOptions = parseOrExit "kv"
 -- percentiles in ms, server CPU in microseconds per request, and for
 -- weft-kv the collector's share of its CPU in percent (from INFO's
 -- runtime section before and after; negative for redis).
-data Sample = Sample { smRps :: !Double, smP50 :: !Double, smP99 :: !Double, smCpu :: !Double, smGc :: !Double }
+-- | One run's results; 'smClient' is redis-benchmark's CPU (user plus
+-- system) as a percentage of one core over the run: near 100 the client,
+-- not the server, sets the pace.
+data Sample = Sample { smRps :: !Double, smP50 :: !Double, smP99 :: !Double, smCpu :: !Double, smGc :: !Double, smClient :: !Double }
 
 -- | Run the kv benchmark; returns the rendered tables.
 kvMain :: [String] -> IO String
@@ -106,8 +112,8 @@ kvMain args = parseOptions args >>= \opts -> do
         forM_ depths $ \(depth, n) -> forM_ (optTests opts) $ \test ->
           forM_ (zip armNames servers) $ \(arm, srv) -> do
             s <- runTest (optKeyspace opts) srv ("weft" `isPrefixOf` arm) depth n test
-            printf "  [kv %d/%d] -P %-2d %-11s %-8s %10.0f ops/s %7.2f CPU-us/op  p50 %6.3f  p99 %6.3f ms\n"
-              rep (optReps opts) depth test arm (smRps s) (smCpu s) (smP50 s) (smP99 s)
+            printf "  [kv %d/%d] -P %-2d %-11s %-8s %10.0f ops/s %7.2f CPU-us/op  p50 %6.3f  p99 %6.3f ms  client %3.0f%%\n"
+              rep (optReps opts) depth test arm (smRps s) (smCpu s) (smP50 s) (smP99 s) (smClient s)
             modifyIORef' results (Map.insertWith (flip (++)) (depth, test, arm) [s])
     res <- readIORef results
     tables <- forM depths $ \(depth, _) -> report opts armNames depth res
@@ -131,7 +137,11 @@ runTest keyspace srv weft depth n0 test = do
   let argv = [ "-c", "1", "redis-benchmark", "-h", "127.0.0.1", "-p", show (srvPort srv), "-c", "50"
              , "-n", show n, "-P", show depth, "-t", test, "--csv" ]
              ++ maybe [] (\k -> ["-r", show k]) keyspace
+  k0 <- childrenTicks
+  t0 <- getMonotonicTimeNSec
   (code, out, errs) <- readProcessWithExitCode "taskset" argv ""
+  t1 <- getMonotonicTimeNSec
+  k1 <- childrenTicks
   c1 <- cpuTicks (srvPid srv)
   g1 <- gcTimes
   let rows = [ cells | l <- lines out, let cells = map unquote (splitOn ',' l), length cells >= 7 ]
@@ -146,7 +156,8 @@ runTest keyspace srv weft depth n0 test = do
               100 * fromIntegral (gc1 - gc0) / fromIntegral (gc1 + mut1 - gc0 - mut0)
             _ -> -1
       return Sample { smRps = read rps, smP50 = read p50, smP99 = read p99
-                    , smCpu = fromIntegral (c1 - c0) * 10000 / requests, smGc = gcShare }
+                    , smCpu = fromIntegral (c1 - c0) * 10000 / requests, smGc = gcShare
+                    , smClient = fromIntegral (k1 - k0) * 1e9 / fromIntegral (max 1 (t1 - t0)) }
     _ -> do
       hPutStrLn stderr ("weft-bench kv: redis-benchmark " ++ unwords (drop 3 argv) ++ " failed ("
                         ++ show code ++ "):\n" ++ errs ++ out)
@@ -179,6 +190,7 @@ report opts arms depth res = do
                ++ [ a ++ " CPU ÷ " ++ r | (a, r) <- pairs ]
                ++ [ a ++ " p50/p99 ms" | a <- arms ]
                ++ [ a ++ " GC %" | a <- arms, "weft" `isPrefixOf` a ]
+               ++ [ a ++ " client CPU %" | a <- arms ]
       rows = [ [ map toUpper t ]
                ++ concat [ [ printf "%.0f" (med t a smRps), spread (printf "%.0f") (get t a smRps) ] | a <- arms ]
                ++ [ ratio (med t a smRps) (med t r smRps) | (a, r) <- pairs ]
@@ -186,6 +198,7 @@ report opts arms depth res = do
                ++ [ ratio (med t a smCpu) (med t r smCpu) | (a, r) <- pairs ]
                ++ [ printf "%.3f/%.3f" (med t a smP50) (med t a smP99) | a <- arms ]
                ++ [ let g = med t a smGc in if g < 0 then "-" else printf "%.1f" g | a <- arms, "weft" `isPrefixOf` a ]
+               ++ [ printf "%.0f" (med t a smClient) | a <- arms ]
              | t <- optTests opts ]
       table = renderTable header rows
   sequence_ [ note ["kv", map toUpper t ++ (if depth == 1 then "" else " P" ++ show depth), name] (med t a smRps)

@@ -38,6 +38,7 @@ module Bench.Net
   , startServer
   , stopServer
   , cpuTicks
+  , childrenTicks
   , measureOutput
   , Measured (..)
   , loadgen
@@ -167,6 +168,15 @@ cpuTicks pid = do
   own <- processTicks pid
   kids <- childPids pid
   (own +) . sum <$> mapM (\k -> processTicks k `catch` \(_ :: IOException) -> return 0) kids
+
+-- | The CPU ticks (user plus system) of this process's children that
+-- have ended and been waited for, as @/proc/self/stat@ counts them: a
+-- load generator's, read before and after it runs.
+childrenTicks :: IO Integer
+childrenTicks = do
+  stat <- readFile "/proc/self/stat"
+  let fields = words (drop 2 (dropWhile (/= ')') stat))
+  length stat `seq` return (read (fields !! 13) + read (fields !! 14))
 
 processTicks :: Int -> IO Integer
 processTicks pid = do
