@@ -15,7 +15,7 @@ DEB_PACKAGES := ghc cabal-install libghc-hspec-dev libghc-quickcheck2-dev \
                 redis-server redis-tools iproute2 util-linux \
                 libghc-warp-dev libghc-wai-dev libghc-http-types-dev \
                 libghc-streaming-commons-dev nghttp2-client curl \
-                liburing-dev tcl
+                liburing-dev tcl time
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 BIN = $(CURDIR)/dist-newstyle/bin

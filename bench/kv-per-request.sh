@@ -13,7 +13,9 @@
 # run: ops/s, the server's user and system CPU per request in ns
 # (/proc/PID/stat), the share of a core the server and the client
 # (redis-benchmark, on core 1) each used: a client near 100% sets the
-# pace, not the server; and for weft-kv, from INFO's runtime section before
+# pace, not the server; how often per 1,000 requests the client slept
+# waiting for replies (its voluntary context switches, from GNU time:
+# each sleep is a wake-up that one of the server's sends paid for); and for weft-kv, from INFO's runtime section before
 # and after: its I/O managers' polls per request (blocking and not), the
 # readiness events they brought per request, and the share of the run's
 # wall time its dispatchers spent spinning.
@@ -32,9 +34,11 @@ done
 [ $# -ge 2 ] && [ ${#arms[@]} -ge 1 ] || { sed -n '2,21p' "$0" >&2; exit 2; }
 shift
 command -v redis-benchmark > /dev/null || { echo "kv-per-request: redis-benchmark not found" >&2; exit 2; }
+[ -x /usr/bin/time ] || { echo "kv-per-request: /usr/bin/time not found (make deps installs Debian's time)" >&2; exit 2; }
 port=6397
 pid=""
-trap '[ -z "$pid" ] || kill "$pid" 2> /dev/null || true' EXIT
+client=$(mktemp)
+trap '[ -z "$pid" ] || kill "$pid" 2> /dev/null || true; rm -f "$client"' EXIT
 
 info() { # field: its value in weft-kv's INFO
   redis-cli -p $port INFO | tr -d '\r' | awk -F: -v k="$1" '$1 == k { print $2 }'
@@ -65,18 +69,20 @@ for rep in $(seq "$reps"); do
       fi
       read -r u0 k0 < <(ticks)
       w0=$(date +%s%N)
-      # The client's CPU time: what `times` reports for this subshell's
-      # children (redis-benchmark and the filters after it).
-      out=$( { timeout 120 taskset -c 1 redis-benchmark -p $port -c 50 -n "$n" -P "$depth" -t "$test" -q 2>&1 \
-               | tr '\r' '\n' | grep -a "requests per second" | tail -1 | awk '{ print $2 }'; times; } )
+      # The client's CPU time and how often it slept (its voluntary
+      # context switches: each is a wake-up the server's send paid for).
+      rps=$(timeout 120 /usr/bin/time -o "$client" -f "%U %S %w" taskset -c 1 \
+              redis-benchmark -p $port -c 50 -n "$n" -P "$depth" -t "$test" -q 2>&1 \
+              | tr '\r' '\n' | grep -a "requests per second" | tail -1 | awk '{ print $2 }')
       w1=$(date +%s%N)
       read -r u1 k1 < <(ticks)
-      rps=$(head -1 <<< "$out")
-      client_ms=$(tail -1 <<< "$out" | awk '{ t = 0; for (i = 1; i <= 2; i++) { split($i, a, "m"); t += a[1] * 60 + a[2] } print int(t * 1000) }')
-      line=$(printf '%s\t%s\t-P %s\t%s\tops/s %s\tuser %d\tsys %d ns/req\tserver core %d%%\tclient core %d%%' \
+      read -r cu cs sleeps < <(tail -1 "$client")
+      client_ms=$(awk -v u="$cu" -v s="$cs" 'BEGIN { print int((u + s) * 1000) }')
+      line=$(printf '%s\t%s\t-P %s\t%s\tops/s %s\tuser %d\tsys %d ns/req\tserver core %d%%\tclient core %d%%\tclient sleeps/1000 req %.1f' \
                "$rep" "$test" "$depth" "$arm" "$rps" \
                $(( (u1 - u0) * 1000000000 / hz / n )) $(( (k1 - k0) * 1000000000 / hz / n )) \
-               $(( (u1 - u0 + k1 - k0) * 100000000000 / hz / (w1 - w0) )) $(( client_ms * 100000000 / (w1 - w0) )))
+               $(( (u1 - u0 + k1 - k0) * 100000000000 / hz / (w1 - w0) )) $(( client_ms * 100000000 / (w1 - w0) )) \
+               "$(bc -l <<< "1000 * $sleeps / $n")")
       if [ -n "$weft" ]; then
         b1=$(info weft_polls_blocking); p1=$(info weft_polls_nonblocking); e1=$(info weft_poll_events); s1=$(info weft_spin_us)
         line+=$(printf '\tpolls/req %.2f blocking + %.2f not\tevents/req %.2f\tspinning %.0f%%' \
