@@ -345,6 +345,16 @@ shutdown rt = do
 -- bounds the wait by a few batches; waiters yield too as they spin, for a
 -- holder preempted on their own capability. In weft-sws this cut the time
 -- spent waiting for locks about threefold.
+--
+-- With a single capability there is no other core to wait: every waiter
+-- runs on the holder's capability, and yields as it spins. The periodic
+-- yield then only lets the capability's other threads in, the I/O
+-- manager's dispatcher first, whose poll in the middle of a round of
+-- events splits the round: the replies of a server's connections leave
+-- in bursts with gaps, and its clients run dry and sleep in between, so
+-- more of its sends pay for a wake-up. So a worker of a program that
+-- has one capability when the worker starts yields every 64 batches
+-- ('workerJudging'); one started at two or more, every 8.
 
 -- Note [When to steal]
 -- ~~~~~~~~~~~~~~~~~~~~
@@ -390,10 +400,13 @@ data Judge = Judge !(IORef Int) !(IORef Int) !(IORef Int)
 worker :: Runtime -> (forall a. IO a -> IO a) -> Int -> IO ()
 worker rt unmask me = do
   judge <- Judge <$> newIORef (-1) <*> newIORef (-1) <*> newIORef 0
-  workerJudging rt unmask me judge
+  caps <- getNumCapabilities
+  workerJudging rt unmask me judge (if caps == 1 then 63 else 7)
 
-workerJudging :: Runtime -> (forall a. IO a -> IO a) -> Int -> Judge -> IO ()
-workerJudging rt unmask me (Judge judged stolen ranSince) = loop 0 0
+-- | A worker's loop; it yields after every batch whose count, masked
+-- with the last argument, equals the mask (Note [Preempted lock holders]).
+workerJudging :: Runtime -> (forall a. IO a -> IO a) -> Int -> Judge -> Int -> IO ()
+workerJudging rt unmask me (Judge judged stolen ranSince) yieldMask = loop 0 0
   where
     q = rtQueues rt
     stealing = rtPolicy rt /= NoStealing
@@ -422,7 +435,7 @@ workerJudging rt unmask me (Judge judged stolen ranSince) = loop 0 0
           unlockCore q me
           -- Let the capability's other threads in now and then (Note
           -- [Preempted lock holders]).
-          when (batches .&. 7 == 7) yield
+          when (batches .&. yieldMask == yieldMask) yield
           loop (batches + 1) 0
         else idle batches idleRounds
 
