@@ -204,7 +204,7 @@ powersOfTen = primArrayFromList (take 20 (iterate (* 10) 1))
 -- | A number divided by 100 and the remainder, by a multiplication: the
 -- native code generator divides by a constant with a division
 -- instruction, tens of cycles. The quotient is the high word of
--- (m / 4) * ceiling (2^66 / 100), shifted right by 2: exact for every
+-- (m / 4) * ceiling (2^68 / 100), shifted right by 2: exact for every
 -- 64-bit m.
 quotRem100 :: Word64 -> (Word64, Word64)
 quotRem100 m =
