@@ -173,16 +173,19 @@ cpuTicks pid = do
 -- have ended and been waited for, as @/proc/self/stat@ counts them: a
 -- load generator's, read before and after it runs.
 childrenTicks :: IO Integer
-childrenTicks = do
-  stat <- readFile "/proc/self/stat"
-  let fields = words (drop 2 (dropWhile (/= ')') stat))
-  length stat `seq` return (read (fields !! 13) + read (fields !! 14))
+childrenTicks = statTicks "/proc/self/stat" 13
 
 processTicks :: Int -> IO Integer
-processTicks pid = do
-  stat <- readFile ("/proc/" ++ show pid ++ "/stat")
+processTicks pid = statTicks ("/proc/" ++ show pid ++ "/stat") 11
+
+-- | Two adjacent tick counts of a stat file, added: the fields after the
+-- command's name, from the given index (11: utime and stime; 13: cutime
+-- and cstime).
+statTicks :: FilePath -> Int -> IO Integer
+statTicks path i = do
+  stat <- readFile path
   let fields = words (drop 2 (dropWhile (/= ')') stat))
-  length stat `seq` return (read (fields !! 11) + read (fields !! 12))
+  length stat `seq` return (read (fields !! i) + read (fields !! (i + 1)))
 
 -- | The live children of a process, from each of its threads'
 -- @/proc/PID/task/TID/children@.

@@ -512,7 +512,7 @@ runHere env color now s = finish
     finish next = case next of
       Answer r -> whole s r
       Live f -> f store >>= whole s
-      OnKey key op | [part] <- keyParts [(key, op)], here [part] -> runPart part >>= finish . Answer
+      OnKey key op | part <- KeyPart 0 (keyHash key) key op, here [part] -> runPart part >>= finish . Answer
       OnKeys ps joinParts | parts <- keyParts ps, here parts -> mapM runPart parts >>= finish . Answer . joinParts
       Steps ps joinParts | parts <- keyParts ps, here parts -> mapM runPart parts >>= finish . joinParts
       _ -> return (Then s next)
