@@ -50,7 +50,12 @@ import Kv.Resp (Reply (..), encodeSized, headerSize, plainSize, sharedBulkBytes,
 -- one string of its size, which is copied into the buffer. Arrays
 -- (LRANGE, MGET) are lists of many small objects; encoded where they
 -- are made, they die young, where carried to the connection's color
--- they lived until its turn, and the collector copied them.
+-- they lived until its turn, and the collector copied them. A short
+-- array of scalars ('shortArray': ZPOPMIN's pair, an empty array) is
+-- carried as a scalar is: a few cells cost the collector less than a
+-- string of its own costs to make and copy. Its elements must not be
+-- stored strings ('RStored'), which leave their color only as copies
+-- (Note [Stored strings] in "Kv.Str"); encoding makes that copy.
 --
 -- A slice handed to a send may be sent only in part; the buffer is
 -- written again from its start only once everything is sent, and a
@@ -114,10 +119,29 @@ data Piece = Measured !Int !Reply | Encoded !ByteString
 -- | A reply as a 'Piece'.
 piece :: Reply -> Piece
 piece r = case r of
-  RArray _ | n >= 0 -> Encoded (encodeSized n r)
+  RArray xs | n >= 0, not (shortArray 0 xs) -> Encoded (encodeSized n r)
   REncoded bs -> Encoded bs
   _ -> Measured n r
   where n = plainSize r
+
+-- | Is an array (its elements after the first k) at most 'shortItems'
+-- long, every element a scalar but a stored string?
+shortArray :: Int -> [Reply] -> Bool
+shortArray !_ [] = True
+shortArray k (x : rest) = k < shortItems && scalar && shortArray (k + 1) rest
+  where
+    scalar = case x of
+      RSimple _ -> True
+      RError _ -> True
+      RInt _ -> True
+      RBulk _ -> True
+      RNil -> True
+      RNilArray -> True
+      _ -> False
+
+-- | The most elements of an array carried unencoded ('shortArray').
+shortItems :: Int
+shortItems = 4
 
 -- | Append a reply.
 outPiece :: Out -> Piece -> IO ()
