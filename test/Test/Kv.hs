@@ -36,8 +36,7 @@ import qualified Data.ByteString.Internal as BI
 import qualified Data.ByteString.Unsafe as BU
 import Foreign.Ptr (minusPtr, nullPtr)
 import Data.Char (toUpper)
-import Data.Functor.Identity (runIdentity)
-import Data.Primitive.ByteArray (indexByteArray)
+import Data.Primitive.ByteArray (copyMutableByteArrayToPtr)
 import Data.Word (Word8, Word64)
 import Data.Time.Clock.POSIX (getPOSIXTime)
 import Data.List (sort, sortOn, zip4, (\\))
@@ -78,10 +77,8 @@ spec = describe "weft-kv" $ do
   serverSpec
 
 -- | Elements a to b of a deque, read by its fold.
-rangeOf :: Int -> Int -> Deque -> [ByteString]
-rangeOf a b d = reverse (runIdentity (dequeFoldRange packed (\acc s -> pure (s : acc)) [] a b d))
-  where
-    packed acc bytes off len = pure (B.pack [ indexByteArray bytes i | i <- [off .. off + len - 1] ] : acc)
+rangeOf :: Int -> Int -> Deque -> IO [ByteString]
+rangeOf a b d = reverse <$> dequeFoldRange (\acc node off len -> (: acc) <$> BI.create len (\p -> copyMutableByteArrayToPtr p node off len)) [] a b d
 
 ------------------------------------------------------------------------------
 -- List values
@@ -90,37 +87,65 @@ rangeOf a b d = reverse (runIdentity (dequeFoldRange packed (\acc s -> pure (s :
 data DequeOp
   = OpPushHead [ByteString]  -- ^ pushed one by one
   | OpPushTail [ByteString]
+  | OpPopHead Int            -- ^ popped one by one
+  | OpPopTail Int
   | OpDropHead Int
   | OpDropTail Int
-  | OpAppend Bool [ByteString]
-    -- ^ append a list built from these (packed when 'True', else pushed
-    --   one by one), before ('False') or after the value
   deriving Show
 
 instance Arbitrary DequeOp where
   arbitrary = frequency
     [ (3, OpPushHead <$> pushes), (3, OpPushTail <$> pushes)
-    , (2, OpDropHead <$> choose (0, 40)), (2, OpDropTail <$> choose (0, 40))
-    , (1, OpAppend <$> arbitrary <*> resize 70 (listOf dequeItem)) ]
-    where pushes = resize 80 (listOf dequeItem)
+    , (1, OpPopHead <$> choose (0, 40)), (1, OpPopTail <$> choose (0, 40))
+    , (1, OpDropHead <$> dropped), (1, OpDropTail <$> dropped) ]
+    where
+      pushes = frequency [(4, resize 80 (listOf dequeItem)), (1, resize 500 (listOf dequeItem))]
+      dropped = frequency [(3, choose (0, 40)), (1, choose (0, 700))]
 
--- | A short element, possibly empty.
+-- | An element: mostly short, possibly empty; now and then larger than a
+-- node ('nodeBytes') or a good part of one.
 dequeItem :: Gen ByteString
-dequeItem = C.pack <$> resize 6 (listOf (elements "ab\0\r"))
+dequeItem = frequency
+  [ (40, C.pack <$> resize 6 (listOf (elements "ab\0\r")))
+  , (2, (\n c -> C.replicate n c) <$> choose (100, 1500) <*> elements "cd")
+  , (1, (\n c -> C.replicate n c) <$> choose (nodeBytes - 8, nodeBytes + 3000) <*> elements "ef") ]
 
--- | The operations on the value and on a plain list.
-applyDequeOp :: (Deque, [ByteString]) -> DequeOp -> (Deque, [ByteString])
-applyDequeOp (d, m) op = case op of
-  OpPushHead xs -> (foldl (flip pushHead) d xs, reverse xs ++ m)
-  OpPushTail xs -> (foldl (flip pushTail) d xs, m ++ xs)
-  OpDropHead k -> (dropHead k d, drop k m)
-  OpDropTail k -> (dropTail k d, take (length m - k) m)
-  OpAppend packed xs ->
-    -- Unpacked: the first half pushed at the head, the rest at the tail.
-    let (front, back) = splitAt (length xs `div` 2) xs
-        other = if packed then dequeFromList xs
-                else foldl (flip pushTail) (foldl (flip pushHead) emptyDeque (reverse front)) back
-    in (dequeAppend d other, m ++ xs)
+-- | The operation on the value and on a plain list.
+applyDequeOp :: Deque -> [ByteString] -> DequeOp -> IO [ByteString]
+applyDequeOp d m op = case op of
+  OpPushHead xs -> reverse xs ++ m <$ mapM_ (pushHead d) xs
+  OpPushTail xs -> m ++ xs <$ mapM_ (pushTail d) xs
+  OpPopHead k -> do
+    got <- replicateM k (popHead d)
+    return (if got == map Just (take k m) ++ replicate (k - length m) Nothing then drop k m else ["popped wrong"])
+  OpPopTail k -> do
+    got <- replicateM k (popTail d)
+    let r = reverse m
+    return (if got == map Just (take k r) ++ replicate (k - length m) Nothing then reverse (drop k r) else ["popped wrong"])
+  OpDropHead k -> drop k m <$ dropHead k d
+  OpDropTail k -> take (length m - k) m <$ dropTail k d
+
+-- | What is wrong with a list value that should hold the given elements:
+-- its elements, length, indexing and folds, and its nodes (Note [Lists
+-- in nodes]: none empty, their counts adding up to the length, none
+-- larger than 'nodeBytes' but a single element's).
+dequeProblems :: Deque -> [ByteString] -> IO [String]
+dequeProblems d m = do
+  let n = length m
+      -- Some 20 indices and 10 starts, spread over the list.
+      step k = max 1 (n `div` k)
+  xs <- dequeToList d
+  len <- dequeLength d
+  ixs <- mapM (\i -> (,) i <$> dequeIndex i d) ([-1, 0, n - 1, n] ++ [1, 1 + step 20 .. n])
+  ranges <- forM [ (a, b) | a <- [0, step 10 .. n], b <- [a - 1, a + 5, a + 500] ] $ \(a, b) ->
+    (,) (a, b) <$> rangeOf a (min b (n - 1)) d
+  nodes <- dequeNodes d
+  return $ [ "elements " ++ show (length xs) | xs /= m ] ++ [ "length " ++ show len | len /= n ]
+    ++ [ "index " ++ show i | (i, x) <- ixs, x /= (if i < 0 || i >= n then Nothing else Just (m !! i)) ]
+    ++ [ "range " ++ show ab | (ab@(a, b), r) <- ranges, r /= take (min b (n - 1) - a + 1) (drop a m) ]
+    ++ [ "empty node" | (_, c) <- nodes, c <= 0 ]
+    ++ [ "counts " ++ show (map snd nodes) | sum (map snd nodes) /= n ]
+    ++ [ "node of " ++ show size | (size, c) <- nodes, size > nodeBytes, c > 1 ]
 
 -- | An operation on a color's keys: insert or delete a key (of few
 -- letters, so that they repeat), or insert many distinct keys (so that
@@ -254,31 +279,40 @@ tableSpec = describe "a color's keys (Kv.Table)" $ do
 dequeSpec :: Spec
 dequeSpec = describe "list values (Kv.Deque)" $ do
   modifyMaxSuccess (const 100) $ prop "agree with a plain list after any operations" $
-    forAll (resize 100 (listOf dequeItem)) $ \start -> forAll (resize 60 (listOf arbitrary)) $ \ops ->
-      let states = scanl applyDequeOp (dequeFromList start, start) ops
-          agrees (d, m) =
-            let n = length m
-                (h, t) = openItems d
-            in counterexample (show (m, dequeToList d, openItems d)) $
-                 dequeToList d == m .&&. dequeToListRev d == reverse m
-                 .&&. dequeLength d == n .&&. dequeNull d == null m
-                 .&&. h < packItems .&&. t < packItems
-                 .&&. conjoin [ dequeIndex i d == (if i < 0 || i >= n then Nothing else Just (m !! i))
-                              | i <- [-1, 0, n - 1, n] ++ [1, 8 .. n] ]
-                 .&&. conjoin [ rangeOf a b d == take (b - a + 1) (drop a m) | a <- [0, 13 .. n], b <- [a - 1, a + 5, n - 1] ]
-      in conjoin (map agrees states)
+    forAll (resize 100 (listOf dequeItem)) $ \start -> forAll (resize 30 (listOf arbitrary)) $ \ops -> ioProperty $ do
+      d <- dequeFromList start
+      let go _ [] = return (property True)
+          go m (op : rest) = do
+            m' <- applyDequeOp d m op
+            problems <- dequeProblems d m'
+            if null problems then go m' rest
+            else return (counterexample (show (op, length m', problems)) False)
+      dequeProblems d start >>= \p -> if null p then go start ops else return (counterexample (show p) False)
   it "encodes LRANGE's reply as the elements read one by one would be" $
-    forAll (resize 100 (listOf dequeItem)) $ \xs -> forAll (resize 60 (listOf arbitrary)) $ \ops ->
-      let (d, m) = foldl applyDequeOp (dequeFromList xs, xs) ops
-          n = length m
-      in conjoin [ encodeReply (listRangeReply a b d) === encodeReply (RArray (map RBulk (take (b - a + 1) (drop a m))))
-                 | (a, b) <- [ (a, b) | a <- [0, 7 .. n], b <- [a - 1, min (n - 1) (a + 3), n - 1] ]
-                              -- LRANGE's start near maxBound, its end before it
-                              ++ [(maxBound - 1, n - 6), (maxBound, minBound + 1)] ]
-  it "packs what is pushed: no more than 31 elements stay open at either end" $ do
-    let d = foldl (flip pushTail) (foldl (flip pushHead) emptyDeque (replicate 1000 "h")) (replicate 1000 "t")
-    openItems d `shouldSatisfy` (\(h, t) -> h < packItems && t < packItems)
-    dequeToList d `shouldBe` replicate 1000 "h" ++ replicate 1000 "t"
+    forAll (resize 100 (listOf dequeItem)) $ \xs -> forAll (resize 30 (listOf arbitrary)) $ \ops -> ioProperty $ do
+      d <- dequeFromList xs
+      m <- foldM (applyDequeOp d) xs ops
+      let n = length m
+      checks <- forM ([ (a, b) | a <- [0, 7 .. n], b <- [a - 1, min (n - 1) (a + 3), n - 1] ]
+                       -- LRANGE's start near maxBound, its end before it
+                       ++ [(maxBound - 1, n - 6), (maxBound, minBound + 1)]) $ \(a, b) -> do
+        r <- listRangeReply a b d
+        return (encodeReply r === encodeReply (RArray (map RBulk (take (b - a + 1) (drop a m)))))
+      return (conjoin checks)
+  it "keeps a short list in a small node and a long one in full nodes" $ do
+    d <- dequeFromList ["abc"]
+    dequeNodes d `shouldReturn` [(64, 1)]
+    replicateM_ 5000 (pushHead d "h")
+    replicateM_ 5000 (pushTail d "t")
+    nodes <- dequeNodes d
+    -- Every node but those at the ends full size; 10,001 elements of 9
+    -- to 11 bytes fill no more than 28 of them.
+    map fst (drop 1 (init nodes)) `shouldSatisfy` all (== nodeBytes)
+    length nodes `shouldSatisfy` (<= 28)
+    dequeToList d `shouldReturn` (replicate 5000 "h" ++ ["abc"] ++ replicate 5000 "t")
+    dropHead 4990 d >> dropTail 5000 d
+    dequeToList d `shouldReturn` (replicate 10 "h" ++ ["abc"])
+    dequeNodes d >>= (`shouldSatisfy` ((<= 2) . length))
 
 ------------------------------------------------------------------------------
 -- The decoder

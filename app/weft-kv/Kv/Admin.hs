@@ -192,7 +192,7 @@ memoryCommand (sub : k : opts)
   where
     usage = OnKey k (\_ _ v -> maybe (Outcome Keep RNil) (\x -> InPlace (Outcome Keep . RInt . (+ (B.length k + perItem)) <$> valueBytes x)) v)
     valueBytes (VString s) = return (strLength s)
-    valueBytes (VList xs) = return (sum [ B.length x + perItem | x <- dequeToList xs ])
+    valueBytes (VList xs) = (\ys -> sum [ B.length y + perItem | y <- ys ]) <$> dequeToList xs
     valueBytes (VSet xs) = membersFold (\n x _ -> n + B.length x + perItem) 0 xs
     valueBytes (VHash h) = membersFold (\n f x -> n + B.length f + B.length x + 2 * perItem) 0 h
     valueBytes (VZSet z) = (\ms -> sum [ B.length x + 3 * perItem | (_, x) <- ms ]) <$> sortedAsc z

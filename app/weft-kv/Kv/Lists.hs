@@ -16,10 +16,9 @@ module Kv.Lists
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
 import qualified Data.ByteString.Internal as BI
-import Data.Functor.Identity (runIdentity)
 import qualified Data.List as L
-import Data.Maybe (fromMaybe, listToMaybe)
-import Data.Primitive.ByteArray (copyByteArrayToAddr)
+import Data.Maybe (listToMaybe)
+import Data.Primitive.ByteArray (copyMutableByteArrayToPtr)
 import Foreign.Ptr (plusPtr)
 
 import Kv.Deque
@@ -54,20 +53,20 @@ listCommands =
   , ("BRPOPLPUSH", (Exactly 3, \[src, dst, t] -> withTimeout t (blmove src dst False True)))
   ]
 
--- | Push values one by one, at the head (LPUSH) or the tail (RPUSH),
--- each copied as it is pushed (the list keeps no view of a request).
+-- | Push values one by one, at the head (LPUSH) or the tail (RPUSH), in
+-- place (Note [Lists in nodes] in "Kv.Deque"; the list copies them).
 pushOp :: Bool -> [ByteString] -> KeyOp
 pushOp atHead vs _ _ v = case v of
-  Nothing -> push emptyDeque
-  Just (VList l) -> push l
+  Nothing -> InPlace (newDeque >>= push)
+  Just (VList l) -> InPlace (push l)
   Just _ -> Outcome Keep wrongType
   where
-    push l = let !l' = if atHead then heads l vs else tails l vs
-             in Outcome (Replace (VList l')) (RInt (dequeLength l'))
-    heads !l [] = l
-    heads l (x : xs) = heads (pushHead (B.copy x) l) xs
-    tails !l [] = l
-    tails l (x : xs) = tails (pushTail (B.copy x) l) xs
+    push l = do
+      let each [] = return ()
+          each (x : xs) = (if atHead then pushHead l x else pushTail l x) >> each xs
+      each vs
+      n <- dequeLength l
+      return (Outcome (Replace (VList l)) (RInt n))
 
 -- | LPOP / RPOP key [count]
 popCommand :: Bool -> [ByteString] -> Plan
@@ -78,55 +77,56 @@ popCommand _ _ = Answer syntaxError
 popOp :: Bool -> Maybe Int -> KeyOp
 popOp fromHead count _ _ v = case v of
   Nothing -> Outcome Keep (if count == Nothing then RNil else RNilArray)
-  Just (VList l) ->
-    let n = fromMaybe 1 count
-        -- One element is copied out alone: LMOVE stores it again.
-        taken = case count of
-          Nothing -> maybe [] pure (dequeIndex (if fromHead then 0 else dequeLength l - 1) l)
-          Just _ -> take n (if fromHead then dequeToList l else dequeToListRev l)
-        rest = if fromHead then dropHead n l else dropTail n l
-        update = if dequeNull rest then Delete else Replace (VList rest)
+  Just (VList l) -> InPlace $ do
+    taken <- case count of
+      Nothing -> maybe [] pure <$> pop l
+      Just n -> popMany l n []
+    left <- dequeLength l
+    let update | null taken = Keep
+               | left == 0 = Delete
+               | otherwise = Replace (VList l)
         reply = case count of
           Nothing -> maybe RNil RBulk (listToMaybe taken)
           Just _ -> RArray (evaluatedBulks taken)
-    in Outcome (if null taken then Keep else update) reply
+    return (Outcome update reply)
   Just _ -> Outcome Keep wrongType
+  where
+    pop = if fromHead then popHead else popTail
+    -- Up to n elements, in the order popped.
+    popMany l !n acc
+      | n <= 0 = return (reverse acc)
+      | otherwise = pop l >>= maybe (return (reverse acc)) (\x -> popMany l (n - 1) (x : acc))
 
 -- | LRANGE key start stop, with Redis's index rules (negative counts from
 -- the end; out-of-range ends are clamped).
 lrangeOp :: Int -> Int -> KeyOp
 lrangeOp start stop _ _ v = case v of
   Nothing -> Outcome Keep (RArray [])
-  Just (VList l) ->
-    let n = dequeLength l
-        norm i = if i < 0 then max 0 (n + i) else i
+  Just (VList l) -> InPlace $ do
+    n <- dequeLength l
+    let norm i = if i < 0 then max 0 (n + i) else i
         a = norm start
         b = min (n - 1) (if stop < 0 then n + stop else stop)
-    in Outcome Keep (listRangeReply a b l)
+    Outcome Keep <$> listRangeReply a b l
   Just _ -> Outcome Keep wrongType
 
 -- | The elements at indices a to b of a list (both within it, or a > b)
 -- as an array of bulk strings, encoded as they are read: no string, reply
 -- or list cell per element (Note [Replies in place] in "Kv.Out").
-listRangeReply :: Int -> Int -> Deque -> Reply
-listRangeReply a b l = REncoded (BI.unsafeCreate size (\p -> () <$ write p))
-  where
-    -- Not b - a + 1 when a > b: that overflows for a start near maxBound.
-    count = if a > b then 0 else b - a + 1
-    -- The list from a, dropped to once for both passes.
-    from = dropHead a l
-    range packed open z = dequeFoldRange packed open z 0 (count - 1) from
-    size = runIdentity $
-      range (\n _ _ len -> pure (n + bulkSize len)) (\n s -> pure (n + bulkSize (B.length s))) (headerSize count)
-    write p = do
-      q <- writeArrayHeader p count
-      range
-        (\at bytes off len -> do
-            at' <- writeBulkHeader at len
-            copyByteArrayToAddr at' bytes off len
-            writeCrlf (at' `plusPtr` len))
-        (\at s -> writeBulkHeader at (B.length s) >>= \at' -> writeBytes at' s >>= writeCrlf)
-        q
+listRangeReply :: Int -> Int -> Deque -> IO Reply
+listRangeReply a b l = do
+  -- Not b - a + 1 when a > b: that overflows for a start near maxBound.
+  let count = if a > b then 0 else b - a + 1
+  size <- dequeFoldRange (\n _ _ len -> pure (n + bulkSize len)) (headerSize count) a b l
+  REncoded <$> BI.create size (\p -> do
+    q <- writeArrayHeader p count
+    _ <- dequeFoldRange
+      (\at node off len -> do
+          at' <- writeBulkHeader at len
+          copyMutableByteArrayToPtr at' node off len
+          writeCrlf (at' `plusPtr` len))
+      q a b l
+    return ())
 
 -- | LPUSHX / RPUSHX: push only onto an existing list (0 if there is none).
 pushxOp :: Bool -> [ByteString] -> KeyOp
@@ -141,12 +141,14 @@ listIndex n i = if i < 0 then n + i else i
 -- | LINDEX key index: the element there, nil out of range. As in redis,
 -- the key and its type are checked before the index is read.
 lindexOp :: ByteString -> KeyOp
-lindexOp i _ _ v = Outcome Keep $ case v of
-  Nothing -> RNil
+lindexOp i _ _ v = case v of
+  Nothing -> Outcome Keep RNil
   Just (VList l) -> case readInteger i of
-    Nothing -> notInteger
-    Just n -> maybe RNil RBulk (dequeIndex (listIndex (dequeLength l) n) l)
-  Just _ -> wrongType
+    Nothing -> Outcome Keep notInteger
+    Just n -> InPlace $ do
+      len <- dequeLength l
+      Outcome Keep . maybe RNil RBulk <$> dequeIndex (listIndex len n) l
+  Just _ -> Outcome Keep wrongType
 
 -- | LSET key index value (the key and its type checked first, as LINDEX).
 lsetOp :: ByteString -> ByteString -> KeyOp
@@ -154,11 +156,13 @@ lsetOp i x _ _ v = case v of
   Nothing -> Outcome Keep (RError "ERR no such key")
   Just (VList l) -> case readInteger i of
     Nothing -> Outcome Keep notInteger
-    Just n
-      | j < 0 || j >= len -> Outcome Keep (RError "ERR index out of range")
-      | otherwise -> Outcome (Replace (VList (insertAt j x (dropHead (j + 1) l) l))) (RSimple "OK")
-      where len = dequeLength l
-            j = listIndex len n
+    Just n -> InPlace $ do
+      len <- dequeLength l
+      let j = listIndex len n
+      if j < 0 || j >= len then return (Outcome Keep (RError "ERR index out of range")) else do
+        xs <- dequeToList l
+        l' <- dequeFromList (take j xs ++ x : drop (j + 1) xs)
+        return (Outcome (Replace (VList l')) (RSimple "OK"))
   Just _ -> Outcome Keep wrongType
 
 -- | LTRIM key start stop: keep that range (redis's clamping); a list left
@@ -166,12 +170,14 @@ lsetOp i x _ _ v = case v of
 ltrimOp :: Int -> Int -> KeyOp
 ltrimOp start stop _ _ v = case v of
   Nothing -> Outcome Keep (RSimple "OK")
-  Just (VList l) ->
-    let n = dequeLength l
-        a = max 0 (listIndex n start)
+  Just (VList l) -> InPlace $ do
+    n <- dequeLength l
+    let a = max 0 (listIndex n start)
         b = min (n - 1) (listIndex n stop)
-        kept = if a > b || a >= n then emptyDeque else dropTail (n - 1 - b) (dropHead a l)
-    in Outcome (if dequeNull kept then Delete else Replace (VList kept)) (RSimple "OK")
+    if a > b || a >= n then return (Outcome Delete (RSimple "OK")) else do
+      dropTail (n - 1 - b) l
+      dropHead a l
+      return (Outcome (Replace (VList l)) (RSimple "OK"))
   Just _ -> Outcome Keep wrongType
 
 -- | LREM key count element: remove up to |count| equal elements from the
@@ -179,16 +185,20 @@ ltrimOp start stop _ _ v = case v of
 lremOp :: Int -> ByteString -> KeyOp
 lremOp count x _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
-  Just (VList l) ->
+  Just (VList l) -> InPlace $ do
+    xs <- dequeToList l
     let limit = if count == 0 then maxBound else abs count
         dropSome :: Int -> [ByteString] -> [ByteString]
         dropSome 0 ys = ys
         dropSome _ [] = []
         dropSome k (y : rest) = if y == x then dropSome (k - 1) rest else y : dropSome k rest
-        kept = if count < 0 then reverse (dropSome limit (dequeToListRev l)) else dropSome limit (dequeToList l)
-        l' = dequeFromList kept
-        removed = dequeLength l - dequeLength l'
-    in Outcome (if removed == 0 then Keep else if dequeNull l' then Delete else Replace (VList l')) (RInt removed)
+        kept = if count < 0 then reverse (dropSome limit (reverse xs)) else dropSome limit xs
+        removed = length xs - length kept
+    if removed == 0 then return (Outcome Keep (RInt 0))
+    else if null kept then return (Outcome Delete (RInt removed))
+    else do
+      l' <- dequeFromList kept
+      return (Outcome (Replace (VList l')) (RInt removed))
   Just _ -> Outcome Keep wrongType
 
 -- | LINSERT key BEFORE|AFTER pivot element: the new length, -1 without
@@ -203,19 +213,18 @@ linsertCommand _ = Answer syntaxError
 linsertOp :: Int -> ByteString -> ByteString -> KeyOp
 linsertOp after pivot x _ _ v = case v of
   Nothing -> Outcome Keep (RInt 0)
-  Just (VList l) -> case L.elemIndex pivot (dequeToList l) of
-    Nothing -> Outcome Keep (RInt (-1))
-    Just i -> let l' = insertAt (i + after) x (dropHead (i + after) l) l
-              in Outcome (Replace (VList l')) (RInt (dequeLength l'))
+  Just (VList l) -> InPlace $ do
+    xs <- dequeToList l
+    case L.elemIndex pivot xs of
+      Nothing -> return (Outcome Keep (RInt (-1)))
+      Just i -> do
+        let (front, back) = splitAt (i + after) xs
+        l' <- dequeFromList (front ++ x : back)
+        return (Outcome (Replace (VList l')) (RInt (length xs + 1)))
   Just _ -> Outcome Keep wrongType
 
 llenOp :: KeyOp
-llenOp = sizeOp (\x -> case x of VList l -> Just (pure (dequeLength l)); _ -> Nothing)
-
--- | The list's elements before index i, then x, then the given rest (LSET
--- passes the elements after i, LINSERT those from i on).
-insertAt :: Int -> ByteString -> Deque -> Deque -> Deque
-insertAt i x rest l = dequeAppend (dropTail (dequeLength l - i) l) (pushHead x rest)
+llenOp = sizeOp (\x -> case x of VList l -> Just (dequeLength l); _ -> Nothing)
 
 -- | Replies of the elements, each evaluated, so that the encoder's passes
 -- do not each re-enter a thunk.
@@ -249,14 +258,19 @@ lposCommand _ = Answer syntaxError
 -- redis's does: a rank of -2^63 negates to itself, so it takes every
 -- match from the tail, and with a count, takes them all.
 lposOp :: ByteString -> Int -> Maybe Int -> Int -> KeyOp
-lposOp x rank0 count maxlen _ _ v = Outcome Keep $ case v of
-  Nothing -> maybe RNil (const (RArray [])) count
-  Just (VList l) ->
-    let n = dequeLength l
+lposOp x rank0 count maxlen _ _ v = case v of
+  Nothing -> Outcome Keep (maybe RNil (const (RArray [])) count)
+  Just (VList l) -> InPlace (Outcome Keep . lposReply x rank0 count maxlen <$> dequeToList l)
+  Just _ -> Outcome Keep wrongType
+
+-- | LPOS's reply over a list's elements.
+lposReply :: ByteString -> Int -> Maybe Int -> Int -> [ByteString] -> Reply
+lposReply x rank0 count maxlen xs =
+    let n = length xs
         fromTail = rank0 < 0
         rank = if fromTail then negate rank0 else rank0
-        positions = zip [0 :: Int ..] (if fromTail then zip [n - 1, n - 2 .. 0] (dequeToListRev l)
-                                       else zip [0 ..] (dequeToList l))
+        positions = zip [0 :: Int ..] (if fromTail then zip [n - 1, n - 2 .. 0] (reverse xs)
+                                       else zip [0 ..] xs)
         walk _ [] = []
         walk matches ((index, (i, y)) : rest)
           | maxlen /= 0 && index >= maxlen = []
@@ -273,7 +287,6 @@ lposOp x rank0 count maxlen _ _ v = Outcome Keep $ case v of
         i : _ -> RInt i
         [] -> RNil
       Just _ -> RArray (map RInt hits)
-  Just _ -> wrongType
 
 -- | LEFT or RIGHT (head: 'True'), else redis's syntax error.
 withEnd :: ByteString -> (Bool -> Plan) -> Plan
@@ -318,12 +331,13 @@ moveAttempt src dst fromHead toHead done none waited turn = Steps [(src, listPro
 -- list has gone since the probe.
 rotateOp :: Bool -> Bool -> KeyOp
 rotateOp fromHead toHead _ _ v = case v of
-  Just (VList l) -> case dequeIndex (if fromHead then 0 else dequeLength l - 1) l of
-    Nothing -> Outcome Keep RNil
-    Just x ->
-      let rest = if fromHead then dropHead 1 l else dropTail 1 l
-          !l' = if toHead then pushHead x rest else pushTail x rest
-      in Outcome (Replace (VList l')) (RBulk x)
+  Just (VList l) -> InPlace $ do
+    taken <- if fromHead then popHead l else popTail l
+    case taken of
+      Nothing -> return (Outcome Keep RNil)
+      Just x -> do
+        if toHead then pushHead l x else pushTail l x
+        return (Outcome (Replace (VList l)) (RBulk x))
   Nothing -> Outcome Keep RNil
   Just _ -> Outcome Keep wrongType
 
@@ -332,12 +346,12 @@ rotateOp fromHead toHead _ _ v = case v of
 -- WRONGTYPE; nil for a key of another type too once a blocking command
 -- has @waited@ (Note [Blocked commands] in "Kv.Batch").
 listProbe :: Bool -> Bool -> KeyOp
-listProbe waited turn _ _ v = Outcome Keep $ case v of
-  Nothing -> RNil
-  Just (VList l) | turn -> RInt (dequeLength l)
-                 | otherwise -> RNil
-  Just _ | waited -> RNil
-         | otherwise -> wrongType
+listProbe waited turn _ _ v = case v of
+  Nothing -> Outcome Keep RNil
+  Just (VList l) | turn -> InPlace (Outcome Keep . RInt <$> dequeLength l)
+                 | otherwise -> Outcome Keep RNil
+  Just _ | waited -> Outcome Keep RNil
+         | otherwise -> Outcome Keep wrongType
 
 -- | LMPOP numkeys key [key ...] LEFT|RIGHT [COUNT count]: pop from the
 -- first of the keys that holds a non-empty list, and answer its name and

@@ -38,7 +38,7 @@ valuePart deadline v = case v of
   -- A copy, made as the part is: the source's bytes may be written over
   -- before the part is read (Note [Stored strings] in "Kv.Str").
   VString s -> let !c = strClone s in return (RArray [RInt deadline, RInt 0, RStored c])
-  VList xs -> return (part 1 (map RBulk (dequeToList xs)))
+  VList xs -> part 1 . map RBulk <$> dequeToList xs
   VSet xs -> part 2 . map (RBulk . fst) <$> membersAscList xs
   VHash h -> part 3 . concatMap (\(f, x) -> [RBulk f, RBulk x]) <$> membersAscList h
   VZSet z -> part 4 . scoredItems <$> sortedAsc z
@@ -50,7 +50,7 @@ valuePart deadline v = case v of
 partValue :: Reply -> Maybe (Int, IO Value)
 partValue (RArray (RInt deadline : RInt tag : xs)) = (,) deadline <$> case tag of
   0 | [RStored s] <- xs -> Just (return (VString s))
-  1 -> return . VList . dequeFromList <$> traverse bulk xs
+  1 -> fmap VList . dequeFromList <$> traverse bulk xs
   2 -> (\ms -> VSet <$> membersFromList [ (m, B.empty) | m <- ms ]) <$> traverse bulk xs
   3 -> (\fxs -> VHash <$> membersFromList fxs) <$> pairs (\f x -> (,) f <$> bulk x) xs
   4 -> fmap VZSet . sortedFromAscList <$> itemsScored xs

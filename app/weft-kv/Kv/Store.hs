@@ -39,7 +39,7 @@ module Kv.Store
   , expireDue
   ) where
 
-import Control.Monad (forM_, when)
+import Control.Monad (forM_, unless, when)
 import Data.Bits (shiftR, (.&.))
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
@@ -50,14 +50,14 @@ import Foreign.Ptr (Ptr)
 import Weft.Timer (TimeoutKey, cancelTimeout)
 
 import Kv.Clock
-import Kv.Deque (Deque, dequeBytes, dequeFromBytes)
+import Kv.Deque (Deque, dequeBytes, dequeFromBytes, dequeLength, sameDeque)
 import Kv.Key (Key, keyHash, storedKey)
 import Kv.Members (Members, membersFlat, membersInRecord, membersOwn)
 import Kv.SortedSet (SortedSet, sortedFlat, sortedInRecord, sortedOwn)
 import Kv.Table
 import Kv.Resp (Reply (..))
 import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwriteWith, recordReadWith,
-                  recordValue, recordValueBytes, recordable, pokeBytes)
+                  recordValue, recordValueBytes, recordable, recordedItems, pokeBytes)
 import Kv.Str (Str, prefetchStr, strClone, strFits, strLength, strOverwrite, writeStr)
 import Kv.Waiters
 import Kv.Watches
@@ -172,14 +172,18 @@ data Outcome
 -- Most operations are pure: given the key's value they say what it
 -- becomes and what to answer, and the store writes the new value. A
 -- hash's or set's members are a mutable table (Note [Members in tables]
--- in "Kv.Members"), so an operation on one answers 'InPlace': an action
+-- in "Kv.Members"), and a list a mutable deque (Note [Lists in nodes] in
+-- "Kv.Deque"), so an operation on one answers 'InPlace': an action
 -- that 'runKeyOp' runs at once on the key's color, which reads or changes
 -- the table and then gives the outcome: 'Replace' with what the key then
 -- holds (the same table, or a new packed map for a small one) if it
 -- changed anything (so that watchers see it, Note [Transactions] in
 -- "Kv.Transaction"), 'Delete' if it emptied it, 'Keep' if it changed
 -- nothing. Whatever its reply carries it has copied out, since the next
--- operation may change the table.
+-- operation may change the table. A 'Replace' with the very list the
+-- key's entry holds leaves the entry as it is (no new entry for the
+-- collector to promote), unless the list has become short enough for a
+-- record (Note [Small values in records]).
 
 -- | How a 'KeyOp' changes its key.
 data Update
@@ -321,19 +325,32 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
       -- Before the update, which may write the stored string's bytes. A
       -- record's value is a copy already.
       reply <- if isRecord r then return reply0 else replyOut reply0
+      -- What a record would hold of the new value, if the key has one.
+      kept <- case update of
+        Replace new | isRecord r -> recorded key new
+        Fresh new | isRecord r -> recorded key new
+        _ -> return Nothing
       case update of
         -- A string of the stored one's length is written over it (Note
         -- [Stored strings] in "Kv.Str"), a record's likewise; another
         -- small string replaces the record.
-        Replace new | isRecord r, Just rv <- recorded key new -> putRecord t i r key rv
-        Fresh new | isRecord r, Just rv <- recorded key new -> putRecord t i r key rv
+        Replace _ | Just rv <- kept -> putRecord t i r key rv
+        Fresh _ | Just rv <- kept -> putRecord t i r key rv
         Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
         Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
         Delete -> do
           cancel expiry
           when (i >= 0) (tableDelete t i)
-        Replace v -> putEntry t h i r k key v expiry
+        Replace v -> do
+          -- A list changed in place is already the entry's value, unless
+          -- it has become short enough for a record.
+          inPlace <- case (v, live) of
+            (VList new, Just (VList old)) | not (isRecord r), sameDeque old new -> case expiry of
+              Persistent -> (> recordedItems) <$> dequeLength new
+              _ -> return True
+            _ -> return False
+          unless inPlace (putEntry t h i r k key v expiry)
         Fresh v -> do
           cancel expiry
           putEntry t h i r k key v Persistent
@@ -380,16 +397,21 @@ replyOut r = case r of
 -- goes in a record (Note [Small values in records]); anything else in an
 -- entry, with a copy of the key if the slot has none.
 putEntry :: Table Entry -> Int -> Int -> Record -> Key -> ByteString -> Value -> Expiry -> IO ()
-putEntry t h i r k key v e = case e of
-  Persistent | Just rv <- recorded key v ->
-    if i < 0 then newRecord key rv >>= tableInsertRecord t h else putRecord t i r key rv
-  _ -> do
-    -- Out of its record, which this may free (Note [Members read in
-    -- their record] in "Kv.Members").
-    v' <- valueOwn v
-    if i < 0 then storedKey key >>= \k' -> tableInsert t h (entry k' v' e) else do
-      k' <- if isRecord r then storedKey key else return k
-      tableSet t i (entry k' v' e)
+putEntry t h i r k key v e = do
+  kept <- case e of
+    Persistent -> recorded key v
+    _ -> return Nothing
+  case kept of
+    Just rv -> if i < 0 then newRecord key rv >>= tableInsertRecord t h else putRecord t i r key rv
+    Nothing -> onHeap
+  where
+    onHeap = do
+      -- Out of its record, which this may free (Note [Members read in
+      -- their record] in "Kv.Members").
+      v' <- valueOwn v
+      if i < 0 then storedKey key >>= \k' -> tableInsert t h (entry k' v' e) else do
+        k' <- if isRecord r then storedKey key else return k
+        tableSet t i (entry k' v' e)
 
 -- | A value of its own: a hash's, set's or sorted set's members seen in
 -- a record built into a map.
@@ -439,15 +461,16 @@ kindSet = 2
 kindHash = 3
 kindZSet = 4
 
--- | How a record would hold a value under a key, if it may.
-recorded :: ByteString -> Value -> Maybe Recorded
+-- | How a record would hold a value under a key, if it may (in IO: a
+-- list's elements are read out of its nodes).
+recorded :: ByteString -> Value -> IO (Maybe Recorded)
 recorded key v = case v of
-  VString s | recordable key (strLength s) -> Just (Recorded 0 (strLength s) (\d -> () <$ writeStr d s))
-  VList xs | Just b <- dequeBytes xs -> fits kindList (B.length b, pokeBytes b)
-  VSet m | Just w <- membersFlat m -> fits kindSet w
-  VHash m | Just w <- membersFlat m -> fits kindHash w
-  VZSet z | Just w <- sortedFlat z -> fits kindZSet w
-  _ -> Nothing
+  VString s | recordable key (strLength s) -> return (Just (Recorded 0 (strLength s) (\d -> () <$ writeStr d s)))
+  VList xs -> maybe Nothing (\b -> fits kindList (B.length b, pokeBytes b)) <$> dequeBytes xs
+  VSet m | Just w <- membersFlat m -> return (fits kindSet w)
+  VHash m | Just w <- membersFlat m -> return (fits kindHash w)
+  VZSet z | Just w <- sortedFlat z -> return (fits kindZSet w)
+  _ -> return Nothing
   where
     fits kind (n, write) = if recordable key n then Just (Recorded kind n write) else Nothing
 {-# INLINE recorded #-}
@@ -460,7 +483,7 @@ recordLive :: Record -> IO Value
 recordLive r = do
   kind <- recordKind r
   if kind == 0 then VString <$> recordValue r
-  else if kind == kindList then VList . dequeFromBytes <$> recordValueBytes r
+  else if kind == kindList then VList <$> (recordValueBytes r >>= dequeFromBytes)
   else if kind == kindZSet then recordReadWith r (\p n -> return $! VZSet (sortedInRecord p n))
   else recordReadWith r $ \p n -> return $! (if kind == kindSet then VSet else VHash) (membersInRecord p n)
 
