@@ -299,7 +299,7 @@ setCommand (k : v : opts0) = go opts0 (SetOptions Nothing False False Nothing)
   where
     go [] o = case setExpiry o of
       Just (_, n) | Nothing <- readInteger n -> Answer notInteger
-      _ -> OnKey k (setOp "set" (strCopy v) o)
+      _ -> let !s = strCopy v in OnKey k (setOp "set" s o)
     go (opt : rest) o = case upper opt of
       "NX" | setIfExists o /= Just True -> go rest o { setIfExists = Just False }
       "XX" | setIfExists o /= Just False -> go rest o { setIfExists = Just True }
@@ -376,7 +376,9 @@ msetCommand kvs
   | otherwise = OnKeys (pairs kvs) (\rs -> case [ e | e@(RError _) <- rs ] of (e : _) -> e; [] -> ok)
   where
     plain = SetOptions Nothing False False Nothing
-    pairs (k : v : rest) = (k, setOp "mset" (strCopy v) plain) : pairs rest
+    -- Each value copied as its pair is made, not by a thunk run on the
+    -- key's color.
+    pairs (k : v : rest) = let !s = strCopy v in (k, setOp "mset" s plain) : pairs rest
     pairs _ = []
 
 -- | MSETNX: set every key, or none if any of them exists; atomic across
