@@ -234,6 +234,7 @@ recordFits (Record p) kind vlen = (== (vlen .|. kind `unsafeShiftL` 24)) <$> val
 -- | Write the string over the record's value ('recordFits').
 recordOverwrite :: Record -> Str -> IO ()
 recordOverwrite r v = recordOverwriteWith r (\d -> () <$ writeStr d v)
+{-# INLINE recordOverwrite #-}
 
 -- | Write over the record's value with the writer, given the value's
 -- address ('recordFits').
@@ -241,6 +242,7 @@ recordOverwriteWith :: Record -> (Ptr Word8 -> IO ()) -> IO ()
 recordOverwriteWith (Record p) write = do
   klen <- keyLength p
   write (p `plusPtr` (headerBytes + klen))
+{-# INLINE recordOverwriteWith #-}
 
 -- | Read the record's value with the reader, given its address and
 -- length; the reader copies out what it keeps.

@@ -56,7 +56,7 @@ import Kv.Members (Members, membersFlat, membersInRecord, membersOwn)
 import Kv.SortedSet (SortedSet, sortedFlat, sortedInRecord, sortedOwn)
 import Kv.Table
 import Kv.Resp (Reply (..))
-import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwriteWith, recordReadWith,
+import Kv.Record (Record, isRecord, noRecord, recordFits, recordKind, recordNewWith, recordOverwrite, recordOverwriteWith, recordReadWith,
                   recordValue, recordValueBytes, recordable, recordedItems, pokeBytes)
 import Kv.Str (Str, prefetchStr, strClone, strFits, strLength, strOverwrite, writeStr)
 import Kv.Waiters
@@ -325,15 +325,22 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
       -- Before the update, which may write the stored string's bytes. A
       -- record's value is a copy already.
       reply <- if isRecord r then return reply0 else replyOut reply0
-      -- What a record would hold of the new value, if the key has one.
+      -- A string for a record ('recordable') goes over the key's record
+      -- directly, anything else as the record would hold it, if the key
+      -- has one.
+      let overRecord v = case v of
+            VString new -> isRecord r && recordable key (strLength new)
+            _ -> False
       kept <- case update of
-        Replace new | isRecord r -> recorded key new
-        Fresh new | isRecord r -> recorded key new
+        Replace new | isRecord r, not (overRecord new) -> recorded key new
+        Fresh new | isRecord r, not (overRecord new) -> recorded key new
         _ -> return Nothing
       case update of
         -- A string of the stored one's length is written over it (Note
         -- [Stored strings] in "Kv.Str"), a record's likewise; another
         -- small string replaces the record.
+        Replace (VString new) | overRecord (VString new) -> putRecordString t i r key new
+        Fresh (VString new) | overRecord (VString new) -> putRecordString t i r key new
         Replace _ | Just rv <- kept -> putRecord t i r key rv
         Fresh _ | Just rv <- kept -> putRecord t i r key rv
         Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
@@ -430,6 +437,15 @@ putRecord :: Table Entry -> Int -> Record -> ByteString -> Recorded -> IO ()
 putRecord t i r key rv@(Recorded kind n write) = do
   fits <- if isRecord r then recordFits r kind n else return False
   if fits then recordOverwriteWith r write else newRecord key rv >>= tableSetRecord t i
+
+-- | 'putRecord' of a string (which must be 'recordable'), without the
+-- 'Recorded' a string needs for a new record only.
+putRecordString :: Table Entry -> Int -> Record -> ByteString -> Str -> IO ()
+putRecordString t i r key s = do
+  let n = strLength s
+  fits <- recordFits r 0 n
+  if fits then recordOverwrite r s
+  else newRecord key (Recorded 0 n (\d -> () <$ writeStr d s)) >>= tableSetRecord t i
 
 -- Note [Small values in records]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
