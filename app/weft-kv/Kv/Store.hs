@@ -2,6 +2,11 @@
 -- | weft-kv's data: one map per color, each touched only by events of its
 -- color, so that no lock or atomic operation guards any key
 -- (Note [One store per color]).
+--
+-- Somewhat over 600 lines: every write of a key's slot (entry, record,
+-- in-place value, expiry) goes through 'runKeyOp' and the helpers beside
+-- it, and splitting them would put the Notes on records, expiry and
+-- values changed in place apart from the one path that keeps them.
 module Kv.Store
   ( -- * Keys and colors
     keyColor
