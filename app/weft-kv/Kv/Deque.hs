@@ -140,7 +140,8 @@ dequeNodes d = do
   mapM (\k -> slotOf d k >>= \(Ring nodes info, s) -> do
            node <- readArray nodes s
            count <- readPrimArray info (3 * s + 2)
-           return (sizeofMutableByteArray node, count)) [0 .. n - 1]
+           size <- getSizeofMutableByteArray node
+           return (size, count)) [0 .. n - 1]
 
 -- | The ring and the slot of node k (0: the first).
 slotOf :: Deque -> Int -> IO (Ring, Int)
@@ -216,8 +217,8 @@ withRoom d@(Deque _ ref) atHead need write = do
     node <- readArray nodes s
     lo <- readPrimArray info (3 * s)
     hi <- readPrimArray info (3 * s + 1)
-    let size = sizeofMutableByteArray node
-        used = hi - lo
+    size <- getSizeofMutableByteArray node
+    let used = hi - lo
     if (if atHead then lo else size - hi) >= need then write nodes info s
     else if n == 1 && size < nodeBytes && used + need <= nodeBytes then do
       grow nodes info s node lo used (min nodeBytes (max (2 * size) (used + need))) atHead
