@@ -301,7 +301,7 @@ popHead d = do
     lo <- readPrimArray info (3 * s)
     len <- readLength node lo
     x <- copyOut node (lo + 4) len
-    takeFirst d s (lo + len + itemOverhead)
+    dropHead 1 d
     return (Just x)
 
 -- | Remove the last element and give a copy of it.
@@ -314,34 +314,8 @@ popTail d = do
     hi <- readPrimArray info (3 * s + 1)
     len <- readLength node (hi - 4)
     x <- copyOut node (hi - 4 - len) len
-    takeLast d s (hi - len - itemOverhead)
+    dropTail 1 d
     return (Just x)
-
--- | The first node's first element is gone; its elements now start at
--- @lo@.
-takeFirst :: Deque -> Int -> Int -> IO ()
-takeFirst d s lo = do
-  (Ring nodes info, _) <- slotOf d 0
-  writePrimArray info (3 * s) lo
-  bumpCount info s (-1)
-  setMeta d mLength . subtract 1 =<< meta d mLength
-  left <- readPrimArray info (3 * s + 2)
-  when (left == 0) $ do
-    writeArray nodes s noNode
-    setMeta d mFirst ((s + 1) `rem` sizeofMutableArray nodes)
-    setMeta d mNodes . subtract 1 =<< meta d mNodes
-
--- | The last node's last element is gone; its elements now end at @hi@.
-takeLast :: Deque -> Int -> Int -> IO ()
-takeLast d s hi = do
-  (Ring nodes info, _) <- slotOf d 0
-  writePrimArray info (3 * s + 1) hi
-  bumpCount info s (-1)
-  setMeta d mLength . subtract 1 =<< meta d mLength
-  left <- readPrimArray info (3 * s + 2)
-  when (left == 0) $ do
-    writeArray nodes s noNode
-    setMeta d mNodes . subtract 1 =<< meta d mNodes
 
 -- | Remove the first k elements (all of them if k is the length or more).
 dropHead :: Int -> Deque -> IO ()

@@ -330,24 +330,15 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
       -- Before the update, which may write the stored string's bytes. A
       -- record's value is a copy already.
       reply <- if isRecord r then return reply0 else replyOut reply0
-      -- A string for a record ('recordable') goes over the key's record
-      -- directly, anything else as the record would hold it, if the key
+      -- A new value a record may hold goes into the key's record, if it
       -- has one.
-      let overRecord v = case v of
-            VString new -> isRecord r && recordable key (strLength new)
-            _ -> False
-      kept <- case update of
-        Replace new | isRecord r, not (overRecord new) -> recorded key new
-        Fresh new | isRecord r, not (overRecord new) -> recorded key new
-        _ -> return Nothing
-      case update of
+      inRecord <- case update of
+        Replace new | isRecord r -> intoRecord t i r key new
+        Fresh new | isRecord r -> intoRecord t i r key new
+        _ -> return False
+      unless inRecord $ case update of
         -- A string of the stored one's length is written over it (Note
-        -- [Stored strings] in "Kv.Str"), a record's likewise; another
-        -- small string replaces the record.
-        Replace (VString new) | overRecord (VString new) -> putRecordString t i r key new
-        Fresh (VString new) | overRecord (VString new) -> putRecordString t i r key new
-        Replace _ | Just rv <- kept -> putRecord t i r key rv
-        Fresh _ | Just rv <- kept -> putRecord t i r key rv
+        -- [Stored strings] in "Kv.Str").
         Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
         Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
         Keep -> return ()
@@ -443,14 +434,18 @@ putRecord t i r key rv@(Recorded kind n write) = do
   fits <- if isRecord r then recordFits r kind n else return False
   if fits then recordOverwriteWith r write else newRecord key rv >>= tableSetRecord t i
 
--- | 'putRecord' of a string (which must be 'recordable'), without the
--- 'Recorded' a string needs for a new record only.
-putRecordString :: Table Entry -> Int -> Record -> ByteString -> Str -> IO ()
-putRecordString t i r key s = do
-  let n = strLength s
-  fits <- recordFits r 0 n
-  if fits then recordOverwrite r s
-  else newRecord key (Recorded 0 n (\d -> () <$ writeStr d s)) >>= tableSetRecord t i
+-- | Write a value into the key's record ('putRecord'), if a record may
+-- hold it: whether it did. A string goes over the record directly,
+-- without the 'Recorded' it needs for a new record only.
+intoRecord :: Table Entry -> Int -> Record -> ByteString -> Value -> IO Bool
+intoRecord t i r key v = case v of
+  VString s | recordable key n -> do
+    fits <- recordFits r 0 n
+    if fits then recordOverwrite r s
+    else newRecord key (Recorded 0 n (\d -> () <$ writeStr d s)) >>= tableSetRecord t i
+    return True
+    where n = strLength s
+  _ -> recorded key v >>= maybe (return False) (\rv -> True <$ putRecord t i r key rv)
 
 -- Note [Small values in records]
 -- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
