@@ -121,7 +121,14 @@ data KeyPart = KeyPart {-# UNPACK #-} !Int {-# UNPACK #-} !Int !ByteString KeyOp
 
 -- | A command's keys and operations, numbered and hashed.
 keyParts :: [(ByteString, KeyOp)] -> [KeyPart]
-keyParts = zipWith (\i (key, op) -> KeyPart i (keyHash key) key op) [0 ..]
+keyParts = go 0
+  where
+    go !_ [] = []
+    -- Built whole: every use walks all the parts, and a lazy tail
+    -- would be a thunk per key.
+    go i ((key, op) : rest) = let !part = KeyPart i (keyHash key) key op
+                                  !more = go (i + 1) rest
+                              in part : more
 
 -- | The color all the parts' keys share, if they share one.
 sharedColor :: Store -> [KeyPart] -> Maybe Int

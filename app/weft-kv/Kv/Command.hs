@@ -321,7 +321,14 @@ setCommand _ = Answer syntaxError
 -- | SET (and the commands that are SET with options: SETEX, PSETEX, MSET),
 -- named in its errors as the command that was sent.
 setOp :: ByteString -> Str -> SetOptions -> KeyOp
-setOp command new o now _ old = case setExpiry o of
+-- Without options the outcome depends on nothing the key holds: made
+-- once, as the plan is, and not per run (MSET makes one per key).
+setOp _ new (SetOptions Nothing False False Nothing) = let !out = Outcome (Fresh (VString new)) ok in \_ _ _ -> out
+setOp command new o = \now _ old -> setWith command new o now old
+
+-- | SET with options, given the clocks and the key's value.
+setWith :: ByteString -> Str -> SetOptions -> Now -> Maybe Value -> Outcome
+setWith command new o now old = case setExpiry o of
   Just (unit, n) -> case expiryDeadline command now unit (maybe 0 id (readInteger n)) of
     Left e -> Outcome Keep e
     Right deadline -> decide (FreshUntil (VString new) deadline)

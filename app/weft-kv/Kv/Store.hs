@@ -325,66 +325,65 @@ runKeyOp (Store tables mask waiters watches) arm clocks h key op = do
     -- The key's slot (-1 if it has none) and stored key ('noKey' if
     -- none or a record), its live value, expiry and deadline (0 if
     -- none), and its record ('noRecord' if none).
-    run t i k live expiry deadlineOf r = do
-      (update, reply0) <- runOutcome (op clocks deadlineOf live)
-      -- Before the update, which may write the stored string's bytes. A
-      -- record's value is a copy already.
-      reply <- if isRecord r then return reply0 else replyOut reply0
-      -- A new value a record may hold goes into the key's record, if it
-      -- has one.
-      inRecord <- case update of
-        Replace new | isRecord r -> intoRecord t i r key new
-        Fresh new | isRecord r -> intoRecord t i r key new
-        _ -> return False
-      unless inRecord $ case update of
-        -- A string of the stored one's length is written over it (Note
-        -- [Stored strings] in "Kv.Str").
-        Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
-        Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
-        Keep -> return ()
-        Delete -> do
-          cancel expiry
-          when (i >= 0) (tableDelete t i)
-        Replace v -> do
-          -- A list changed in place is already the entry's value, unless
-          -- it has become short enough for a record.
-          inPlace <- case (v, live) of
-            (VList new, Just (VList old)) | not (isRecord r), sameDeque old new -> case expiry of
-              Persistent -> (> recordedItems) <$> dequeLength new
-              _ -> return True
-            _ -> return False
-          unless inPlace (putEntry t h i r k key v expiry)
-        Fresh v -> do
-          cancel expiry
-          putEntry t h i r k key v Persistent
-        FreshUntil v deadline -> do
-          cancel expiry
-          expireLater t arm now h i r k key v deadline
-        ExpireAt deadline -> forM_ live $ \v -> do
-          cancel expiry
-          expireLater t arm now h i r k key v deadline
-      -- A change sets the flags of the clients that watch the key (Note
-      -- [Transactions] in "Kv.Transaction"); so an operation that leaves
-      -- its key as it was answers 'Keep', as redis then signals nothing.
-      case update of
-        Keep -> return ()
-        Delete | Nothing <- live -> return ()
-        ExpireAt _ | Nothing <- live -> return ()
-        _ -> touchKey watches color key
-      -- A list or sorted set under the key wakes commands blocked on it
-      -- (Note [Blocked commands] in "Kv.Batch").
-      case update of
-        Replace v -> wakeFor v
-        Fresh v -> wakeFor v
-        FreshUntil v _ -> wakeFor v
-        _ -> return ()
-      return reply
-
--- | An outcome, its action run if it changes its value in place (Note
--- [Values changed in place]).
-runOutcome :: Outcome -> IO (Update, Reply)
-runOutcome (Outcome u r) = return (u, r)
-runOutcome (InPlace act) = act >>= runOutcome
+    run t i k live expiry deadlineOf r = outcome (op clocks deadlineOf live)
+     where
+      -- An in-place operation's action runs first (Note [Values changed
+      -- in place]); no pair of update and reply is built in between.
+      outcome (Outcome update reply0) = apply update reply0
+      outcome (InPlace act) = act >>= outcome
+      apply update reply0 = do
+        -- Before the update, which may write the stored string's bytes. A
+        -- record's value is a copy already.
+        reply <- if isRecord r then return reply0 else replyOut reply0
+        -- A new value a record may hold goes into the key's record, if it
+        -- has one.
+        inRecord <- case update of
+          Replace new | isRecord r -> intoRecord t i r key new
+          Fresh new | isRecord r -> intoRecord t i r key new
+          _ -> return False
+        unless inRecord $ case update of
+          -- A string of the stored one's length is written over it (Note
+          -- [Stored strings] in "Kv.Str").
+          Replace (VString new) | Just (VString old) <- live, strFits old new -> strOverwrite old new
+          Fresh (VString new) | Persistent <- expiry, Just (VString old) <- live, strFits old new -> strOverwrite old new
+          Keep -> return ()
+          Delete -> do
+            cancel expiry
+            when (i >= 0) (tableDelete t i)
+          Replace v -> do
+            -- A list changed in place is already the entry's value, unless
+            -- it has become short enough for a record.
+            inPlace <- case (v, live) of
+              (VList new, Just (VList old)) | not (isRecord r), sameDeque old new -> case expiry of
+                Persistent -> (> recordedItems) <$> dequeLength new
+                _ -> return True
+              _ -> return False
+            unless inPlace (putEntry t h i r k key v expiry)
+          Fresh v -> do
+            cancel expiry
+            putEntry t h i r k key v Persistent
+          FreshUntil v deadline -> do
+            cancel expiry
+            expireLater t arm now h i r k key v deadline
+          ExpireAt deadline -> forM_ live $ \v -> do
+            cancel expiry
+            expireLater t arm now h i r k key v deadline
+        -- A change sets the flags of the clients that watch the key (Note
+        -- [Transactions] in "Kv.Transaction"); so an operation that leaves
+        -- its key as it was answers 'Keep', as redis then signals nothing.
+        case update of
+          Keep -> return ()
+          Delete | Nothing <- live -> return ()
+          ExpireAt _ | Nothing <- live -> return ()
+          _ -> touchKey watches color key
+        -- A list or sorted set under the key wakes commands blocked on it
+        -- (Note [Blocked commands] in "Kv.Batch").
+        case update of
+          Replace v -> wakeFor v
+          Fresh v -> wakeFor v
+          FreshUntil v _ -> wakeFor v
+          _ -> return ()
+        return reply
 
 -- | A reply as it leaves the key's color: a stored string in it is a copy
 -- (Note [Stored strings] in "Kv.Str").
