@@ -321,10 +321,16 @@ setCommand _ = Answer syntaxError
 -- | SET (and the commands that are SET with options: SETEX, PSETEX, MSET),
 -- named in its errors as the command that was sent.
 setOp :: ByteString -> Str -> SetOptions -> KeyOp
--- Without options the outcome depends on nothing the key holds: made
--- once, as the plan is, and not per run (MSET makes one per key).
-setOp _ new (SetOptions Nothing False False Nothing) = let !out = Outcome (Fresh (VString new)) ok in \_ _ _ -> out
+-- Without options the outcome depends on nothing the key holds.
+setOp _ new (SetOptions Nothing False False Nothing) = freshOp new
 setOp command new o = \now _ old -> setWith command new o now old
+
+-- | SET without options: the new value, whatever the key held. Its
+-- outcome is made as it runs, not with the plan: a plan waits for its
+-- key color's turn, and what waits is copied by each minor collection
+-- meanwhile.
+freshOp :: Str -> KeyOp
+freshOp new _ _ _ = Outcome (Fresh (VString new)) ok
 
 -- | SET with options, given the clocks and the key's value.
 setWith :: ByteString -> Str -> SetOptions -> Now -> Maybe Value -> Outcome
