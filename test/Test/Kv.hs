@@ -403,6 +403,10 @@ decoderSpec = describe "RESP decoder" $ do
            return $ (args, length cmds <= 1) === (map argsOf multibulk, True)
              .&&. counterexample "an argument was copied" (and inInput)
 
+  prop "a command made from its arguments (a queued one) reads back as them" $
+    \(NonEmpty args) -> let cs = commandOf (map (\(Bytes a) -> a) args)
+                       in (commandLists cs, commandsEnd cs) === ([map (\(Bytes a) -> a) args], 1 + 2 * length args)
+
   it "reads quoted inline commands split anywhere" $
     forM_ [1 .. 40] $ \k ->
       feedAll defaultLimits (chunk (repeat k) "GET x\r\nSET \"a b\" 'c'\r\n*1\r\n$4\r\nPING\r\n")

@@ -41,7 +41,7 @@ import Kv.Hashes (hashCommands)
 import Kv.Lcs (lcsCommands)
 import Kv.Lists (listCommands)
 import Kv.Plan
-import Kv.Request (Commands, argAt, argCount, argsFrom)
+import Kv.Request (Commands, argAt, argCount, argsFrom, commandOf)
 import Kv.Resp
 import Kv.Sets (setCommands)
 import Kv.Store
@@ -76,7 +76,9 @@ planArgs :: [ByteString] -> Plan
 planArgs [] = Answer (RError "ERR empty command")
 planArgs (name : args) = case lookupCommand name of
   Just (arity, build)
-    | arityOk arity (length args) -> build args
+    | arityOk arity (length args) -> case build of
+        FromList f -> f args
+        FromView f -> f (commandOf (name : args)) 0
     | otherwise -> Answer (arityError name)
   Nothing -> Answer (unknownCommand name args)
 
@@ -85,7 +87,9 @@ planArgs (name : args) = case lookupCommand name of
 plan :: Commands -> Int -> Plan
 plan cs i = case lookupCommand name of
   Just (arity, build)
-    | arityOk arity (argCount cs i - 1) -> let !args = argsFrom cs i 1 in build args
+    | arityOk arity (argCount cs i - 1) -> case build of
+        FromList f -> let !args = argsFrom cs i 1 in f args
+        FromView f -> f cs i
     | otherwise -> Answer (arityError name)
   Nothing -> Answer (unknownCommand name (argsFrom cs i 1))
   where
@@ -116,10 +120,11 @@ unknownCommand name args =
 -- name to tell apart names that share a bucket. A lookup hashes the name
 -- once, indexes once and compares it once, in place: no upper-cased
 -- copy, no search down a tree, on every command.
-commands :: SmallArray [Command]
+commands :: SmallArray [(ByteString, (Arity, Build))]
 commands = runSmallArray $ do
   table <- newSmallArray (commandBuckets + 1) []
-  forM_ (serverCommands ++ stringCommands ++ lcsCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands) $ \entry@(name, _) -> do
+  let lists = serverCommands ++ stringCommands ++ lcsCommands ++ byteCommands ++ keyCommands ++ copyCommands ++ listCommands ++ setCommands ++ hashCommands ++ zsetCommands
+  forM_ ([ (name, (arity, FromList f)) | (name, (arity, f)) <- lists ] ++ [ (name, (arity, FromView f)) | (name, (arity, f)) <- viewCommands ]) $ \entry@(name, _) -> do
     let b = nameHash name .&. commandBuckets
     old <- readSmallArray table b
     writeSmallArray table b (old ++ [entry])
@@ -130,8 +135,18 @@ commands = runSmallArray $ do
 commandBuckets :: Int
 commandBuckets = 1023
 
+-- | How a command's plan is given its arguments: as a list (most
+-- commands), or where they lie in the read they came in (Note [Commands
+-- as views] in "Kv.Request"), for a command of many arguments that copies
+-- out only what it keeps (MSET: a list would be two objects per argument).
+data Build = FromList ([ByteString] -> Plan) | FromView (Commands -> Int -> Plan)
+
+-- | The commands planned from views of their read ('FromView').
+viewCommands :: [(ByteString, (Arity, Commands -> Int -> Plan))]
+viewCommands = [("MSET", (AtLeast 2, msetView))]
+
 -- | A command's table entry, by its name in any case.
-lookupCommand :: ByteString -> Maybe (Arity, [ByteString] -> Plan)
+lookupCommand :: ByteString -> Maybe (Arity, Build)
 lookupCommand name = match (indexSmallArray commands (nameHash name .&. commandBuckets))
   where
     match [] = Nothing
@@ -170,7 +185,6 @@ stringCommands =
   [ ("GET", (Exactly 1, \[k] -> OnKey k getOp))
   , ("SET", (AtLeast 2, setCommand))
   , ("MGET", (AtLeast 1, \ks -> OnKeys [ (k, mgetOp) | k <- ks ] RArray))
-  , ("MSET", (AtLeast 2, msetCommand))
   , ("MSETNX", (AtLeast 2, msetnxCommand))
   , ("SETNX", (Exactly 2, \[k, v] -> OnKey k (setnxOp (strCopy v))))
   , ("SETEX", (Exactly 3, \[k, t, v] -> setexCommand "setex" Seconds k t v))
@@ -383,16 +397,21 @@ monotonic now wall
 invalidExpire :: ByteString -> Reply
 invalidExpire command = RError ("ERR invalid expire time in '" <> command <> "' command")
 
-msetCommand :: [ByteString] -> Plan
-msetCommand kvs
-  | odd (length kvs) = Answer (RError "ERR wrong number of arguments for 'mset' command")
-  | otherwise = OnKeys (pairs kvs) (\rs -> case [ e | e@(RError _) <- rs ] of (e : _) -> e; [] -> ok)
+-- | MSET key value [key value ...], the command at an index of a read:
+-- each key sliced out of the read, each value copied straight out of it.
+msetView :: Commands -> Int -> Plan
+msetView cs i
+  | even n = Answer (RError "ERR wrong number of arguments for 'mset' command")
+  | otherwise = OnKeys (pairs 1) (\rs -> case [ e | e@(RError _) <- rs ] of (e : _) -> e; [] -> ok)
   where
-    plain = SetOptions Nothing False False Nothing
+    n = argCount cs i
     -- Each value copied as its pair is made, not by a thunk run on the
     -- key's color.
-    pairs (k : v : rest) = let !s = strCopy v in (k, setOp "mset" s plain) : pairs rest
-    pairs _ = []
+    pairs j
+      | j >= n = []
+      | otherwise = let !k = argAt cs i j
+                        !s = strCopy (argAt cs i (j + 1))
+                    in (k, freshOp s) : pairs (j + 2)
 
 -- | MSETNX: set every key, or none if any of them exists; atomic across
 -- the keys' colors ('Isolated'), as MSET is not.

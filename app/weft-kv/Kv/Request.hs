@@ -28,6 +28,7 @@ module Kv.Request
   , argAt
   , argsFrom
   , commandLists
+  , commandOf
     -- * Decoding
   , Decoder
   , newDecoder
@@ -135,6 +136,15 @@ argsFrom cs i from = go (argCount cs i - 1) []
     go !j acc
       | j < from = acc
       | otherwise = let !arg = argAt cs i j in go (j - 1) (arg : acc)
+
+-- | One command from its arguments, the name first: at index 0 of a
+-- 'Commands' of its own (a command a transaction queued, planned when
+-- EXEC runs).
+commandOf :: [ByteString] -> Commands
+commandOf args = Commands (B.concat args) (primArrayFromList (length args : positions 0 args))
+  where
+    positions !_ [] = []
+    positions at (a : rest) = at : B.length a : positions (at + B.length a) rest
 
 -- | Every command, as its argument list (for tests and messages).
 commandLists :: Commands -> [[ByteString]]
