@@ -280,10 +280,13 @@ data Phase
 -- output limit (Note [Output limits] in "Kv.Server") is left for a single
 -- window whose replies are larger than it.
 
--- | What a 'Work' answered: a whole command's encoded reply, one color's
--- parts of a multi-key command, or the next step of a multi-key command
--- that names keys of other colors; or a wake-up of a blocked command.
-data Result = Whole !Int !Piece | Parts !Int [(Int, Reply)] | Then !Int Plan
+-- | What a 'Work' answered: a whole command's reply as its 'Piece' (a
+-- 'Measured' one's fields, or an 'Encoded' one's bytes, held in the
+-- result itself: results wait for their connection's reply event, and
+-- what waits is copied by each minor collection), one color's parts of a
+-- multi-key command, or the next step of a multi-key command that names
+-- keys of other colors; or a wake-up of a blocked command.
+data Result = Whole !Int !Int !Reply | WholeBytes !Int !ByteString | Parts !Int [(Int, Reply)] | Then !Int Plan
   | Wake !Int
     -- ^ A write woke the blocking command with this number.
 
@@ -328,6 +331,8 @@ placePiece c s r = do
     catchUp early k = case IntMap.lookup k early of
       Just (Waiting r') -> outPiece (connOut c) r' >> catchUp (IntMap.delete k early) (k + 1)
       _ -> writeIORef (connEarly c) early >> setCount c nextCount k
+-- Inlined, so that a result's piece is taken apart where it was made.
+{-# INLINE placePiece #-}
 
 ------------------------------------------------------------------------------
 -- Results back to the connection's color
@@ -390,7 +395,11 @@ inOrder f = go
 -- | A command's reply as a result, made ready here (in IO, so that it is
 -- made now, not left as a thunk holding the command's work).
 whole :: Int -> Reply -> IO Result
-whole s r = let !done = piece r in return (Whole s done)
+-- The result is built before it is returned: returned lazily, it was a
+-- thunk and a boxed number per result while it waited for the reply event.
+whole !s r = case piece r of
+  Measured n x -> let !w = Whole s n x in return w
+  Encoded bs -> let !w = WholeBytes s bs in return w
 {-# INLINE whole #-}
 
 ------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 module Kv.Out
   ( Out
   , newOut
-  , Piece
+  , Piece (..)
   , piece
   , outPiece
   , outWaiting
@@ -149,6 +149,7 @@ outPiece o (Measured n r) = measured o n r
 outPiece o (Encoded bs)
   | B.length bs >= sharedBulkBytes = reference o bs
   | otherwise = put o (B.length bs) (`writeBytes` bs)
+{-# INLINE outPiece #-}
 
 -- | Append a reply of the given 'plainSize'.
 measured :: Out -> Int -> Reply -> IO ()

@@ -288,7 +288,8 @@ resultsArrived env c batches = do
     Closed -> return ()
     _ -> do
       flip inOrder batches $ inOrder $ \r -> case r of
-        Whole s done -> placePiece c s done
+        Whole s n x -> placePiece c s (Measured n x)
+        WholeBytes s bs -> placePiece c s (Encoded bs)
         Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
         Then s next -> continuePlan env c s next
         Wake s -> woken env c s
