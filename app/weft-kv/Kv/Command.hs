@@ -332,8 +332,8 @@ setCommand (k : v : opts0) = go opts0 (SetOptions Nothing False False Nothing)
           _ -> Answer syntaxError
 setCommand _ = Answer syntaxError
 
--- | SET (and the commands that are SET with options: SETEX, PSETEX, MSET),
--- named in its errors as the command that was sent.
+-- | SET (and the commands that are SET with options: SETEX, PSETEX,
+-- MSETNX), named in its errors as the command that was sent.
 setOp :: ByteString -> Str -> SetOptions -> KeyOp
 -- Without options the outcome depends on nothing the key holds.
 setOp _ new (SetOptions Nothing False False Nothing) = freshOp new

@@ -393,10 +393,10 @@ inOrder f = go
 {-# INLINE inOrder #-}
 
 -- | A command's reply as a result, made ready here (in IO, so that it is
--- made now, not left as a thunk holding the command's work).
+-- made now, not left as a thunk holding the command's work): built
+-- before it is returned, as it waits for the reply event (returned lazily
+-- it was a thunk and a boxed number).
 whole :: Int -> Reply -> IO Result
--- The result is built before it is returned: returned lazily, it was a
--- thunk and a boxed number per result while it waited for the reply event.
 whole !s r = case piece r of
   Measured n x -> let !w = Whole s n x in return w
   Encoded bs -> let !w = WholeBytes s bs in return w
