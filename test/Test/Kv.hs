@@ -58,6 +58,7 @@ import Test.QuickCheck hiding (within)
 import Kv.Deque
 import Kv.Key
 import Kv.Lists (listRangeReply)
+import Kv.Conn (Result (..), runReplyBytes, runsOf)
 import Kv.Out
 import Kv.Record
 import Kv.Request
@@ -466,6 +467,30 @@ decoderSpec = describe "RESP decoder" $ do
       return $ sent <> B.concat rest === B.concat (map encodeReply written)
         .&&. waitingNow === sum (map B.length rest)
         .&&. counterexample "a large string was copied" (copied === 0)
+
+  prop "runs of results for consecutive commands hold the same replies, in order, as the results" $
+    \(rs :: [(Bool, AnyReply)]) (NonNegative start) (NonNegative extra) -> ioProperty $ do
+      -- Latest first: numbers down from the top, a gap wherever the flag
+      -- says; now and then a large reply, which joins no run.
+      let big = RBulk (B.replicate (600 + extra) 121)
+          numbered = go (start + 2 * length rs) [ (gap, if gap && extra `mod` 3 == 0 then big else r) | (gap, AnyReply r) <- rs ]
+          go _ [] = []
+          go s ((gap, r) : more) = (s, r) : go (if gap then s - 2 else s - 1) more
+          results = [ Whole s (plainSize r) r | (s, r) <- numbered, plainSize r >= 0 ]
+          -- What each result answers: its commands and their bytes.
+          answers res = case res of
+            Whole s _ r -> ([s], encodeReply r)
+            Replies s k bs -> ([s .. s + k - 1], bs)
+            _ -> ([], B.empty)
+          inOrder = sortOn fst . map answers
+      runs <- runsOf results
+      -- Two neighbours that may share a run: consecutive and small.
+      let mergeable = or [ s == s' + 1 && n <= runReplyBytes && n' <= runReplyBytes
+                         | (Whole s n _, Whole s' n' _) <- zip results (drop 1 results) ]
+      return $ counterexample (show (map fst (inOrder runs)))
+        (concatMap fst (inOrder runs) === concatMap fst (inOrder results)
+           .&&. B.concat (map snd (inOrder runs)) === B.concat (map snd (inOrder results))
+           .&&. (length runs < length results) === mergeable)
 
   prop "a reply cut short is incomplete, never wrong" $ \(AnyReply r) (NonNegative k) ->
     let bytes = encodeReply r

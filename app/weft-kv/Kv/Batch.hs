@@ -10,6 +10,7 @@
 module Kv.Batch
   ( dispatch
   , continuePlan
+  , placeResults
   , armExpiry
   , woken
   , abandonBlock
@@ -30,6 +31,7 @@ import Weft.Timer (TimeoutKey, cancelTimeout, getSystemTimerManager, registerTim
 import Kv.Command
 import Kv.Conn
 import Kv.Gate (gateOpen, gated)
+import Kv.Out (Piece (..))
 import Kv.Plan (Block (..), ClientCall (..), TxCall (..), clockSeed, ok, randomFrom)
 import Kv.Request (Commands, argAt, argCount, commandsEnd, nextCommand)
 import Kv.Resp
@@ -362,21 +364,65 @@ keyWork env c s p groups = case p of
   _ -> groups <$ place c s (RError "ERR internal error: a store-wide step after a key's")
   where store = envStore env
 
--- | Post each color's share of the work, with the given handler.
+-- Note [Work on the connection's color]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A connection's color is one of the key colors ('fdColor' in
+-- "Kv.Server"), and a batch's share on that color needs no event of its
+-- own: the dispatch already runs on it, so no other event of the color
+-- can run meanwhile, and it runs the share itself and places the results
+-- at once ('placeResults'), with no reply event. With one key color per
+-- core, a read's commands on keys of its own color run where they were
+-- read, in one event, with nothing waiting between colors; with one core,
+-- that is every command. The share waits as an event only while a
+-- transaction holds the color's gate (Note [Transactions] in
+-- "Kv.Transaction"). Results placed at once may release commands held
+-- behind them, so 'resumeHeld' in "Kv.Server" dispatches again until
+-- nothing held can start.
+
+-- | Start each color's share of the work: the share of the connection's
+-- own color here and now, the others as events with the given handler,
+-- posted first so that other cores may run them meanwhile (Note [Work on
+-- the connection's color]).
 startGroups :: Env -> Conn -> Handler -> Groups -> IO ()
 startGroups env c h groups = case groups of
   NoWork -> return ()
   OneColor color works -> start color works
-  Colors m -> forM_ (IntMap.toList m) (uncurry start)
-  where start color works = post (envRuntime env) color h (runGated env c color works)
+  Colors m -> do
+    forM_ (IntMap.toList m) $ \(color, works) -> unless (color == own) (start color works)
+    forM_ (IntMap.lookup own m) (start own)
+  where
+    own = connColor c
+    start color works
+      | color == own = do
+          open <- gateOpen (envGates env) color
+          if open then runWorks env color works >>= placeHere else post' color works
+      | otherwise = post' color works
+    post' color works = post (envRuntime env) color h (runGated env c color works)
+    placeHere results = unless (null results) (placeResults env c [results])
 
 -- | Run a color's share of a batch (latest first) through the color's gate (Note
--- [Transactions] in "Kv.Transaction"): the work waits only while a
--- transaction holds the color (the closure that waits is made only then).
+-- [Transactions] in "Kv.Transaction"), and hand its results to the
+-- connection: the work waits only while a transaction holds the color
+-- (the closure that waits is made only then).
 runGated :: Env -> Conn -> Int -> [Work] -> IO ()
 runGated env c color works = do
   open <- gateOpen (envGates env) color
-  if open then runWorks env c color works else gated (envGates env) color (runWorks env c color works)
+  if open then send else gated (envGates env) color send
+  where
+    send = runWorks env color works >>= \results -> case results of
+      [] -> return ()
+      [_] -> deliver env c results
+      _ -> runsOf results >>= deliver env c
+
+-- | Results on the connection's color, latest first (Note [Latest
+-- first]): each put in its place, or the command carried on.
+placeResults :: Env -> Conn -> [[Result]] -> IO ()
+placeResults env c = inOrder $ inOrder $ \r -> case r of
+  Whole s n x -> placePiece c s 1 (Measured n x)
+  Replies s k bs -> placePiece c s k (Encoded bs)
+  Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
+  Then s next -> continuePlan env c s next
+  Wake s -> woken env c s
 
 -- | The rest of a multi-key command, as its parts decided, on the
 -- connection's color (Note [Multi-key commands]).
@@ -446,19 +492,20 @@ noWork _ = False
 -- The commands decoded from one read are grouped by key color, in order:
 -- each color gets one event that runs its commands one after another, and
 -- hands their results back to the connection's color at once (Note [One
--- reply event per inbox] in "Kv.Conn"). A pipeline of 16 commands on one
--- key thus costs two events instead of 32, and an MSET of keys that
--- share a color one round trip. Grouping keeps
+-- reply event per inbox] in "Kv.Conn"); the connection's own color runs
+-- its share at once (Note [Work on the connection's color]). A pipeline
+-- of 16 commands on one key of another color thus costs two events
+-- instead of 32, and an MSET of keys that share a color one round trip.
+-- Grouping keeps
 -- the order of commands within a color, and the colors of one read run in
 -- any order anyway, so what each command sees is what it would see with
 -- one event per command. Ordering replies is the job of Note [Reply order]
 -- in "Kv.Conn".
 
 -- | Run a color's share of a batch (given latest first, run in order), on
--- that color, and hand the results to the connection latest first (Note
--- [Latest first]).
-runWorks :: Env -> Conn -> Int -> [Work] -> IO ()
-runWorks env c color works = do
+-- that color; its results, latest first (Note [Latest first]).
+runWorks :: Env -> Int -> [Work] -> IO [Result]
+runWorks env color works = do
   -- One clock read for the batch: it only decides which keys have expired.
   now <- readNow
   let runOne h key op = runKeyOp (envStore env) (armExpiry env) now h key op
@@ -504,8 +551,7 @@ runWorks env c color works = do
   case works of
     _ : _ : _ -> lookAhead (envStore env) (\w -> case w of Work _ h _ _ -> h; _ -> 0) works
     _ -> return ()
-  results <- go works
-  unless (null results) $ deliver env c results
+  go works
 
 -- | What a multi-key command's parts decided, for the command with this
 -- number: done here, on this color, as far as its keys are this color's;

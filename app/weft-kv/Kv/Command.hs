@@ -169,8 +169,14 @@ nameIs known name = B.length known == B.length name && go 0
 
 -- | FNV-1a over the name's bytes with bit 5 cleared, so that a name
 -- hashes alike in any ASCII case.
+-- A loop of its own: 'B.foldl'' boxes its 'Word64' at every byte.
 nameHash :: ByteString -> Int
-nameHash = fromIntegral . B.foldl' (\h b -> (h `xor` fromIntegral (b .&. 0xdf)) * 1099511628211) (14695981039346656037 :: Word64)
+nameHash name = go 0 14695981039346656037
+  where
+    go :: Int -> Word64 -> Int
+    go !i !h
+      | i == B.length name = fromIntegral h
+      | otherwise = go (i + 1) ((h `xor` fromIntegral (byteAt name i .&. 0xdf)) * 1099511628211)
 
 sumInts :: [Reply] -> Reply
 sumInts rs = case [ e | e@(RError _) <- rs ] of

@@ -35,6 +35,8 @@ module Kv.Conn
   , deliver
   , inOrder
   , whole
+  , runsOf
+  , runReplyBytes
     -- * CLIENT
   , ownClientCall
   ) where
@@ -43,10 +45,12 @@ import Control.Monad (when)
 import Control.Monad.Primitive (RealWorld)
 import Data.ByteString (ByteString)
 import qualified Data.ByteString as B
+import qualified Data.ByteString.Internal as BI
 import qualified Data.IntMap.Strict as IntMap
 import Data.IORef
 import Data.Maybe (isJust)
 import Data.Primitive.PrimArray (MutablePrimArray, readPrimArray, writePrimArray)
+import Foreign.Ptr (plusPtr)
 import Network.Socket (SockAddr)
 
 import Weft.Color (FdWatch, Handler, Runtime, handler, post)
@@ -221,7 +225,8 @@ data Blocked = Blocked
 
 -- | A reply waiting for its turn.
 data Early
-  = Waiting !Piece
+  = Waiting !Int !Piece
+    -- ^ The replies to this many commands, from its number on.
   | Joining !Int !(IntMap.IntMap Reply) ([Reply] -> Plan)
     -- ^ Parts still to come, the parts so far by position, and what the
     -- parts decide (Note [Multi-key commands] in "Kv.Batch").
@@ -254,7 +259,9 @@ data Phase
 -- by any replies
 -- that were waiting for it in 'connEarly'; a reply that comes early waits
 -- in 'connEarly'. Replies decided on the
--- connection's color itself (PING, errors) take the same path at once.
+-- connection's color itself (PING, errors, and the commands on keys of
+-- that color: Note [Work on the connection's color] in "Kv.Batch") take
+-- the same path at once.
 -- Both sides of the reorder step run on the connection's color, so it
 -- needs no lock, and 'nextCount' only ever grows, one reply at a time.
 --
@@ -286,7 +293,11 @@ data Phase
 -- what waits is copied by each minor collection), one color's parts of a
 -- multi-key command, or the next step of a multi-key command that names
 -- keys of other colors; or a wake-up of a blocked command.
-data Result = Whole !Int !Int !Reply | WholeBytes !Int !ByteString | Parts !Int [(Int, Reply)] | Then !Int Plan
+data Result = Whole !Int !Int !Reply
+  | Replies !Int !Int !ByteString
+    -- ^ The replies to the commands from this number on, this many,
+    -- encoded one after another (Note [Runs of replies]).
+  | Parts !Int [(Int, Reply)] | Then !Int Plan
   | Wake !Int
     -- ^ A write woke the blocking command with this number.
 
@@ -315,22 +326,23 @@ partsArrived c s new = do
 
 -- | Put a reply in its place (Note [Reply order]).
 place :: Conn -> Int -> Reply -> IO ()
-place c s r = placePiece c s (piece r)
+place c s r = placePiece c s 1 (piece r)
 
--- | 'place' a reply made ready on another color.
-placePiece :: Conn -> Int -> Piece -> IO ()
-placePiece c s r = do
+-- | 'place' the replies to k commands from the one numbered s on, made
+-- ready on another color.
+placePiece :: Conn -> Int -> Int -> Piece -> IO ()
+placePiece c s k r = do
   next <- getCount c nextCount
   if s /= next
-    then modifyIORef' (connEarly c) (IntMap.insert s (Waiting r))
+    then modifyIORef' (connEarly c) (IntMap.insert s (Waiting k r))
     else do
       outPiece (connOut c) r
       early <- readIORef (connEarly c)
-      if IntMap.null early then setCount c nextCount (s + 1) else catchUp early (s + 1)
+      if IntMap.null early then setCount c nextCount (s + k) else catchUp early (s + k)
   where
-    catchUp early k = case IntMap.lookup k early of
-      Just (Waiting r') -> outPiece (connOut c) r' >> catchUp (IntMap.delete k early) (k + 1)
-      _ -> writeIORef (connEarly c) early >> setCount c nextCount k
+    catchUp early at = case IntMap.lookup at early of
+      Just (Waiting k' r') -> outPiece (connOut c) r' >> catchUp (IntMap.delete at early) (at + k')
+      _ -> writeIORef (connEarly c) early >> setCount c nextCount at
 -- Inlined, so that a result's piece is taken apart where it was made.
 {-# INLINE placePiece #-}
 
@@ -399,8 +411,52 @@ inOrder f = go
 whole :: Int -> Reply -> IO Result
 whole !s r = case piece r of
   Measured n x -> let !w = Whole s n x in return w
-  Encoded bs -> let !w = WholeBytes s bs in return w
+  Encoded bs -> let !w = Replies s 1 bs in return w
 {-# INLINE whole #-}
+
+-- Note [Runs of replies]
+-- ~~~~~~~~~~~~~~~~~~~~~~
+-- Results from another color than the connection's wait for its reply
+-- event, and each minor collection copies what waits: with many
+-- pipelining clients, thousands of results, each a 'Whole', a list cell
+-- and its reply. So such a color's event, once its batch has run
+-- ('runGated' in "Kv.Batch"), encodes each run of its
+-- results that answer consecutive commands, every reply small
+-- ('runReplyBytes'), into one string ('runsOf'): a pinned string, which
+-- the collector does not copy, and one placement in the reply event
+-- rather than one per command. An entry of 'connEarly' stands for the
+-- replies to as many commands as it holds, and catching up moves past
+-- all of them. A result alone, or a large reply, stays a 'Whole', to be
+-- written in place once, not encoded and then copied.
+
+-- | The largest reply that joins a run (Note [Runs of replies]).
+runReplyBytes :: Int
+runReplyBytes = 512
+
+-- | A color's results, latest first (Note [Latest first]), with each run
+-- of two or more 'Whole' results for consecutive commands, each of at
+-- most 'runReplyBytes', encoded as one 'Replies' (Note [Runs of
+-- replies]).
+runsOf :: [Result] -> IO [Result]
+runsOf results = case results of
+  r@(Whole s n _) : more | fits n -> extend r results s 1 n more
+  r : more -> (r :) <$> runsOf more
+  [] -> return []
+  where
+    fits n = n >= 0 && n <= runReplyBytes
+    -- The run so far: the first k results of 'start' (the first of
+    -- them 'r0'), for the commands down from 'top', of 'total' bytes.
+    extend r0 start !top !k !total rest = case rest of
+      Whole s n _ : more | s == top - k, fits n -> extend r0 start top (k + 1) (total + n) more
+      _ | k == 1 -> (r0 :) <$> runsOf rest
+        | otherwise -> do
+            bytes <- BI.create total (\p -> writeDown p total k start)
+            let !run = Replies (top - k + 1) k bytes
+            (run :) <$> runsOf rest
+    -- Latest first, so each reply is written before the one after it.
+    writeDown p !at !k rs = case rs of
+      Whole _ n r : more | k > 0 -> writeReply (p `plusPtr` (at - n)) r >> writeDown p (at - n) (k - 1) more
+      _ -> return ()
 
 ------------------------------------------------------------------------------
 -- CLIENT

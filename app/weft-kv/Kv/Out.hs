@@ -123,6 +123,9 @@ piece r = case r of
   REncoded bs -> Encoded bs
   _ -> Measured n r
   where n = plainSize r
+-- Inlined, so that a caller taking the piece apart at once ('whole' in
+-- "Kv.Conn") does not build it.
+{-# INLINE piece #-}
 
 -- | Is an array (its elements after the first k) at most 'shortItems'
 -- long, every element a scalar but a stored string?

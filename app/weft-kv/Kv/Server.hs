@@ -159,6 +159,19 @@ runServer cfg addr = do
 -- logs one. A client that reads its replies, however slowly, meets
 -- neither limit: pipelining more than the pause threshold only pauses.
 
+-- Note [Replies after the reads]
+-- ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+-- A read's commands may all be answered within its event (Note [Work on
+-- the connection's color] in "Kv.Batch"), but the replies are not sent
+-- there: the read posts a 'settle' event to its color instead, which runs
+-- after the events already waiting there, the reads of the other
+-- connections that became readable with it. Sent at once, each reply
+-- would find its client asleep, waiting for it, and each send would pay
+-- for waking the client (on loopback, most of the server's system time);
+-- sent after the other reads, the replies go out together while the
+-- client is busy with the first of them, as redis sends its replies when
+-- its loop has read every ready client.
+
 -- | Send when this much output is waiting, even with replies outstanding.
 flushBytes :: Int
 flushBytes = 65536
@@ -184,8 +197,9 @@ chunksPerEvent = 4
 lingerMicros :: Int
 lingerMicros = 1000000
 
-hRead, hWrite, hStall, hEvict :: Handler
+hRead, hWrite, hStall, hEvict, hSettle :: Handler
 hRead = handler "kv-read"
+hSettle = handler "kv-settle"
 hWrite = handler "kv-write"
 hStall = handler "kv-stall"
 hEvict = handler "kv-evict"
@@ -205,7 +219,7 @@ adopt env (sock, peer) = do
     Net.setMinimumReceive sock minReceive
     Net.setIdleTimeout sock timeout
   let Fd fd = Net.socketFd sock
-      color = fdColor fd
+      color = fdColor (storeColors (envStore env)) fd
   -- The watch's bodies need the connection, which needs the watch.
   rec <- newIORef (error "weft-kv: a watch fired before its connection existed")
   let onRead = readIORef rec >>= readable env
@@ -229,10 +243,13 @@ adopt env (sock, peer) = do
 maxClientsReached :: ByteString
 maxClientsReached = B.pack (map (fromIntegral . fromEnum) "-ERR max number of clients reached\r\n")
 
--- | A connection's color: its fd, spread over the color space (an odd
--- multiplier, so consecutive fds alternate home cores).
-fdColor :: CInt -> Int
-fdColor fd = (fromIntegral fd * 40503) .&. 0xffff
+-- | A connection's color: one of the key colors (of which there are a
+-- power of two), by its fd, spread over them (an odd multiplier, so
+-- consecutive fds alternate home cores). A key color, so that its
+-- commands on keys of that color run in its own event (Note [Work on the
+-- connection's color] in "Kv.Batch").
+fdColor :: Int -> CInt -> Int
+fdColor colors fd = (fromIntegral fd * 40503) .&. (colors - 1)
 
 -- | The connection is readable (or was just adopted).
 readable :: Env -> Conn -> IO ()
@@ -265,10 +282,13 @@ readable env c = do
               let full = B.length bs == chunkSize
               if full && k > 1 && not held' then readChunks (k - 1) else do
                 unless full (writeIORef (connDrained c) True)
-                settle env c
-        Again -> writeIORef (connDrained c) True >> settle env c
+                settleLater
+        Again -> writeIORef (connDrained c) True >> settleLater
         Ended -> finish False
         Broken -> closeConn env c
+    -- Behind the events already waiting on the color: the other
+    -- connections' reads (Note [Replies after the reads]).
+    settleLater = post (envRuntime env) (connColor c) hSettle (settle env c) `catch` \RuntimeClosed -> return ()
     finish linger = do
       -- A client whose input ends while it is blocked is gone, as redis
       -- sees it: nothing would take the reply it waits for. (One that
@@ -287,27 +307,14 @@ resultsArrived env c batches = do
   case phase of
     Closed -> return ()
     _ -> do
-      flip inOrder batches $ inOrder $ \r -> case r of
-        Whole s n x -> placePiece c s (Measured n x)
-        WholeBytes s bs -> placePiece c s (Encoded bs)
-        Parts s parts -> partsArrived c s parts >>= mapM_ (continuePlan env c s)
-        Then s next -> continuePlan env c s next
-        Wake s -> woken env c s
+      placeResults env c batches
       settle env c
 
 -- | After any change: send what is due, close if finished, and read again
 -- if there is room.
 settle :: Env -> Conn -> IO ()
 settle env c = do
-  resumeHeld env c
-  outstanding0 <- outstandingCount c
-  size <- outWaiting (connOut c)
-  writing <- readIORef (connWriting c)
-  when (size > 0 && not writing && (outstanding0 == 0 || size >= flushBytes)) $ do
-    flush env c
-    -- The send may have brought the waiting replies under 'maxOutBytes'
-    -- with no writable event to come: the next window starts now.
-    resumeHeld env c
+  sendDue
   held <- holding <$> readIORef (connHeld c)
   outstanding <- outstandingCount c
   phase <- readIORef (connPhase c)
@@ -330,6 +337,19 @@ settle env c = do
     Finishing linger | outstanding == 0 && not held && size' == 0 && not writing' ->
       if linger then startLinger env c else closeConn env c
     _ -> return ()
+  where
+    sendDue = do
+      resumeHeld env c
+      outstanding0 <- outstandingCount c
+      size <- outWaiting (connOut c)
+      writing <- readIORef (connWriting c)
+      -- The send may bring the waiting replies under 'maxOutBytes' with
+      -- no writable event to come: the next window starts now, and if it
+      -- ran here (Note [Work on the connection's color] in "Kv.Batch"),
+      -- its replies are due now. Each round sends, then starts held
+      -- commands or finds none; a full socket ends it.
+      when (size > 0 && not writing && (outstanding0 == 0 || size >= flushBytes)) $
+        flush env c >> sendDue
 
 -- | The most reads a blocked client's held commands may span before its
 -- reads pause.
@@ -353,7 +373,9 @@ resumeHeld env c = do
     when (live && outstanding == 0 && size < maxOutBytes) $ do
       writeIORef (connHeld c) noneHeld
       ended <- dispatch env c held
-      when ended $ writeIORef (connPhase c) (Finishing True)
+      -- The commands may all have run on this color (Note [Work on the
+      -- connection's color] in "Kv.Batch"), with the rest held again.
+      if ended then writeIORef (connPhase c) (Finishing True) else resumeHeld env c
 
 -- | Send the output; on a full socket buffer, keep the rest and continue
 -- when writable.
