@@ -169,10 +169,10 @@ nameIs known name = B.length known == B.length name && go 0
 
 -- | FNV-1a over the name's bytes with bit 5 cleared, so that a name
 -- hashes alike in any ASCII case.
--- A loop of its own: 'B.foldl'' boxes its 'Word64' at every byte.
 nameHash :: ByteString -> Int
 nameHash name = go 0 14695981039346656037
   where
+    -- A loop of its own: 'B.foldl'' boxes its 'Word64' at every byte.
     go :: Int -> Word64 -> Int
     go !i !h
       | i == B.length name = fromIntegral h

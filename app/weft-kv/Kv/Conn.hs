@@ -328,8 +328,8 @@ partsArrived c s new = do
 place :: Conn -> Int -> Reply -> IO ()
 place c s r = placePiece c s 1 (piece r)
 
--- | 'place' the replies to k commands from the one numbered s on, made
--- ready on another color.
+-- | 'place' the replies to k commands from the one numbered s on, as a
+-- 'Piece' made ready where the commands ran.
 placePiece :: Conn -> Int -> Int -> Piece -> IO ()
 placePiece c s k r = do
   next <- getCount c nextCount
@@ -453,7 +453,7 @@ runsOf results = case results of
             bytes <- BI.create total (\p -> writeDown p total k start)
             let !run = Replies (top - k + 1) k bytes
             (run :) <$> runsOf rest
-    -- Latest first, so each reply is written before the one after it.
+    -- Latest first: each reply goes just below the one after it.
     writeDown p !at !k rs = case rs of
       Whole _ n r : more | k > 0 -> writeReply (p `plusPtr` (at - n)) r >> writeDown p (at - n) (k - 1) more
       _ -> return ()
